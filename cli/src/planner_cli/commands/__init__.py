@@ -1,0 +1,1 @@
+"""Subcommands of `planner`, discovered automatically."""

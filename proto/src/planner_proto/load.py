@@ -1,0 +1,44 @@
+"""Per-worker load, as seen by the regression service and by scrape adapters."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+NonNegInt = Annotated[int, Meta(ge=0)]
+NonNegFloat = Annotated[float, Meta(ge=0.0)]
+
+
+class WorkerLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """One worker's latest load picture, with the regression's latency estimates for it."""
+
+    worker_id: str
+    last_seen_s: float
+    started_at_s: float = 0.0
+    running_requests: NonNegInt = 0
+    waiting_requests: NonNegInt = 0
+    scheduled_prefill_tokens: NonNegInt = 0
+    queued_prefill_tokens: NonNegInt = 0
+    scheduled_decode_kv_tokens: NonNegInt = 0
+    queued_decode_kv_tokens: NonNegInt = 0
+    kv_usage: NonNegFloat = 0.0
+    """Fraction of KV capacity in use, 0..1 (can exceed 1 with queued demand)."""
+    est_ttft_ms: float | None = None
+    est_itl_ms: float | None = None
+    draining: bool = False
+
+
+class WorkerLoadSample(msgspec.Struct, frozen=True, kw_only=True):
+    """A scrape adapter's reading of an engine without FPM (subject ``load.{component}.{worker_id}``)."""
+
+    worker_id: str
+    engine_kind: str
+    observed_at_s: float
+    running_requests: NonNegInt = 0
+    waiting_requests: NonNegInt = 0
+    kv_usage: NonNegFloat = 0.0
+    prompt_tokens_total: NonNegFloat = 0.0
+    generation_tokens_total: NonNegFloat = 0.0
+    max_kv_tokens: NonNegInt = 0

@@ -1,0 +1,1 @@
+"""planner_actuator_k8s."""

@@ -1,0 +1,1 @@
+"""planner_fpm_relay."""
