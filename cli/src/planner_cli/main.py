@@ -36,21 +36,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in _command_modules():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
+        p.set_defaults(_run=mod.run)
         if hasattr(mod, "add_arguments"):
             mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 2
-    if extra and not getattr(args, "_accepts_extra", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args._extra = extra
     try:
         code: int = args._run(args)
     except KeyboardInterrupt:

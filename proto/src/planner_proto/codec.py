@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -26,10 +25,15 @@ class DecodeError(ValueError):
         self.detail = detail
 
 
-@cache
+_DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
 def json_decoder(kind: type[T]) -> msgspec.json.Decoder[T]:
     """The decoder for ``kind``, built once and reused (decoder construction is not free)."""
-    return msgspec.json.Decoder(kind)
+    dec = _DECODERS.get(kind)
+    if dec is None:
+        dec = _DECODERS[kind] = msgspec.json.Decoder(kind)
+    return cast("msgspec.json.Decoder[T]", dec)
 
 
 def encode(msg: Any) -> bytes:

@@ -114,7 +114,7 @@ def load_decode(path: str | Path, row: int = 0) -> DecodeProfile:
 
 def save_prefill(profile: PrefillProfile, path: str | Path) -> None:
     """Write the reference format: ``.npz`` (np.savez) or ``.json`` by suffix."""
-    fields = {
+    fields: dict[str, FloatArray | int] = {
         "prefill_isl": profile.isl_tokens,
         "prefill_ttft": profile.ttft_ms,
         "prefill_thpt_per_gpu": profile.thpt_per_gpu,

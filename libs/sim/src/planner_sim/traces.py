@@ -69,9 +69,7 @@ def _finish(raw: list[tuple[float, TraceRequest]], errors: list[TraceError], pat
     if not raw:
         return TraceReadResult([], errors, path)
     t0 = raw[0][0]
-    reqs = [
-        TraceRequest(t - t0, r.input_tokens, r.output_tokens, r.hash_ids) for t, r in raw
-    ]
+    reqs = [TraceRequest(t - t0, r.input_tokens, r.output_tokens, r.hash_ids) for t, r in raw]
     return TraceReadResult(reqs, errors, path)
 
 
@@ -83,7 +81,11 @@ def read_azure_csv(path: str | Path, on_error: OnError = "skip") -> TraceReadRes
     with open(path, newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
-        if header is None or [h.strip() for h in header[:3]] != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
+        if header is None or [h.strip() for h in header[:3]] != [
+            "TIMESTAMP",
+            "ContextTokens",
+            "GeneratedTokens",
+        ]:
             raise TraceError(p, 1, f"not an Azure trace header: {header!r}")
         for row in reader:
             line = reader.line_num
@@ -91,7 +93,9 @@ def read_azure_csv(path: str | Path, on_error: OnError = "skip") -> TraceReadRes
                 if len(row) < 3:
                     raise ValueError(f"expected 3 columns, got {len(row)}")
                 t = _parse_azure_time(row[0])
-                req = TraceRequest(0.0, _positive_int(row[1], "ContextTokens"), _positive_int(row[2], "GeneratedTokens"))
+                req = TraceRequest(
+                    0.0, _positive_int(row[1], "ContextTokens"), _positive_int(row[2], "GeneratedTokens")
+                )
                 raw.append((t, req))
             except ValueError as exc:
                 err = TraceError(p, line, str(exc))
@@ -162,7 +166,9 @@ def scale_trace(
         gap = max(nxt - r.arrival_s, 0.0)
         for c in range(copies):
             jitter = 0.0 if c == 0 else rng.random() * gap
-            out.append(TraceRequest((r.arrival_s + jitter) * time_scale, r.input_tokens, r.output_tokens, r.hash_ids))
+            out.append(
+                TraceRequest((r.arrival_s + jitter) * time_scale, r.input_tokens, r.output_tokens, r.hash_ids)
+            )
     out.sort(key=lambda r: r.arrival_s)
     return out
 
@@ -235,7 +241,9 @@ class BinnedTraffic:
     mean_osl_tokens: np.ndarray
 
 
-def bin_requests(requests: Iterable[TraceRequest], interval_s: float, duration_s: float | None = None) -> BinnedTraffic:
+def bin_requests(
+    requests: Iterable[TraceRequest], interval_s: float, duration_s: float | None = None
+) -> BinnedTraffic:
     reqs = list(requests)
     if interval_s <= 0:
         raise ValueError("interval_s must be > 0")
@@ -244,8 +252,16 @@ def bin_requests(requests: Iterable[TraceRequest], interval_s: float, duration_s
     t = np.array([r.arrival_s for r in reqs], dtype=float)
     idx = np.minimum((t // interval_s).astype(int), n_bins - 1) if reqs else np.zeros(0, int)
     count = np.bincount(idx, minlength=n_bins).astype(float)
-    isl = np.bincount(idx, weights=[r.input_tokens for r in reqs], minlength=n_bins) if reqs else np.zeros(n_bins)
-    osl = np.bincount(idx, weights=[r.output_tokens for r in reqs], minlength=n_bins) if reqs else np.zeros(n_bins)
+    isl = (
+        np.bincount(idx, weights=[r.input_tokens for r in reqs], minlength=n_bins)
+        if reqs
+        else np.zeros(n_bins)
+    )
+    osl = (
+        np.bincount(idx, weights=[r.output_tokens for r in reqs], minlength=n_bins)
+        if reqs
+        else np.zeros(n_bins)
+    )
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_isl = np.where(count > 0, isl / np.maximum(count, 1), np.nan)
         mean_osl = np.where(count > 0, osl / np.maximum(count, 1), np.nan)

@@ -1,12 +1,12 @@
-"""Entry point: `python -m planner_actuator_circus`."""
+"""Entry point: `planner-actuator-circus` or `python -m planner_actuator_circus`."""
 
-import sys
+from planner_runtime.service import run_service
 
 
 def main() -> int:
-    from planner_cli.main import main as cli_main
+    from planner_actuator_circus.service import SERVICE
 
-    return cli_main(["serve", "actuator_circus", *sys.argv[1:]])
+    return run_service(SERVICE, prog="planner-actuator-circus")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
-"""Entry point: `python -m planner_actuator_k8s`."""
+"""Entry point: `planner-actuator-k8s` or `python -m planner_actuator_k8s`."""
 
-import sys
+from planner_runtime.service import run_service
 
 
 def main() -> int:
-    from planner_cli.main import main as cli_main
+    from planner_actuator_k8s.service import SERVICE
 
-    return cli_main(["serve", "actuator_k8s", *sys.argv[1:]])
+    return run_service(SERVICE, prog="planner-actuator-k8s")
 
 
 if __name__ == "__main__":

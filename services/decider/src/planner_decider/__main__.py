@@ -1,12 +1,12 @@
-"""Entry point: `python -m planner_decider`."""
+"""Entry point: `planner-decider` or `python -m planner_decider`."""
 
-import sys
+from planner_runtime.service import run_service
 
 
 def main() -> int:
-    from planner_cli.main import main as cli_main
+    from planner_decider.service import SERVICE
 
-    return cli_main(["serve", "decider", *sys.argv[1:]])
+    return run_service(SERVICE, prog="planner-decider")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
-"""Entry point: `python -m planner_engine_sim`."""
+"""Entry point: `planner-engine-sim` or `python -m planner_engine_sim`."""
 
-import sys
+from planner_runtime.service import run_service
 
 
 def main() -> int:
-    from planner_cli.main import main as cli_main
+    from planner_engine_sim.service import SERVICE
 
-    return cli_main(["serve", "engine_sim", *sys.argv[1:]])
+    return run_service(SERVICE, prog="planner-engine-sim")
 
 
 if __name__ == "__main__":

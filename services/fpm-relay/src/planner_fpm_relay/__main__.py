@@ -1,12 +1,12 @@
-"""Entry point: `python -m planner_fpm_relay`."""
+"""Entry point: `planner-fpm-relay` or `python -m planner_fpm_relay`."""
 
-import sys
+from planner_runtime.service import run_service
 
 
 def main() -> int:
-    from planner_cli.main import main as cli_main
+    from planner_fpm_relay.service import SERVICE
 
-    return cli_main(["serve", "fpm_relay", *sys.argv[1:]])
+    return run_service(SERVICE, prog="planner-fpm-relay")
 
 
 if __name__ == "__main__":

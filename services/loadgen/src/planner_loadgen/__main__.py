@@ -1,12 +1,12 @@
-"""Entry point: `python -m planner_loadgen`."""
+"""Entry point: `planner-loadgen` or `python -m planner_loadgen`."""
 
-import sys
+from planner_runtime.service import run_service
 
 
 def main() -> int:
-    from planner_cli.main import main as cli_main
+    from planner_loadgen.service import SERVICE
 
-    return cli_main(["serve", "loadgen", *sys.argv[1:]])
+    return run_service(SERVICE, prog="planner-loadgen")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
-"""Entry point: `python -m planner_predictor`."""
+"""Entry point: `planner-predictor` or `python -m planner_predictor`."""
 
-import sys
+from planner_runtime.service import run_service
 
 
 def main() -> int:
-    from planner_cli.main import main as cli_main
+    from planner_predictor.service import SERVICE
 
-    return cli_main(["serve", "predictor", *sys.argv[1:]])
+    return run_service(SERVICE, prog="planner-predictor")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
-"""Entry point: `python -m planner_regression`."""
+"""Entry point: `planner-regression` or `python -m planner_regression`."""
 
-import sys
+from planner_runtime.service import run_service
 
 
 def main() -> int:
-    from planner_cli.main import main as cli_main
+    from planner_regression.service import SERVICE
 
-    return cli_main(["serve", "regression", *sys.argv[1:]])
+    return run_service(SERVICE, prog="planner-regression")
 
 
 if __name__ == "__main__":

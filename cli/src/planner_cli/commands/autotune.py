@@ -1,0 +1,247 @@
+"""planner autotune: vLLM memory settings for a model, a GPU and a workload (spec 004)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+NAME = "autotune"
+HELP = (
+    "recommend vLLM memory flags (utilisation, CUDA graphs, context, KV dtype, seqs, TP) from a config.json"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="local HF config.json (or .summary.json)")
+    parser.add_argument("--gpu", default="h100", help="GPU name, e.g. h200, 'NVIDIA H100 80GB', l40s")
+    parser.add_argument(
+        "--tp", type=int, default=None, help="fix the tensor-parallel size (default: search 1,2,4,8)"
+    )
+    parser.add_argument("--workload", choices=["chatbot", "batch", "interactive"], default="chatbot")
+    parser.add_argument(
+        "--trace", help="CSV/JSONL trace with input/output lengths (and optionally timestamps)"
+    )
+    parser.add_argument("--vllm-version", default="0.19", help="vLLM version to model (default 0.19)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--plot", help="write the Pareto plot to this PNG")
+    parser.add_argument("--validate", metavar="CSV", help="compare predictions with a reports CSV")
+    parser.add_argument(
+        "--configs-dir", help="folder of the model_config_file entries (default: beside the CSV)"
+    )
+
+
+def _breakdown_dict(b: Any) -> dict[str, Any]:
+    return {
+        "weights_gib": round(b.weights_gib, 3),
+        "activation_gib": round(b.activation_gib, 3),
+        "non_torch_gib": round(b.non_torch_gib, 3),
+        "cuda_graph_gib": round(b.cuda_graph_gib, 3),
+        "kv_cache_gib": round(b.kv_cache_gib, 3),
+        "headroom_gib": round(b.headroom_gib, 3),
+        "num_gpu_blocks": b.num_gpu_blocks,
+        "kv_cache_tokens": b.kv_cache_tokens,
+        "max_concurrency": round(b.max_concurrency, 2),
+        "num_capture_sizes": len(b.capture_sizes),
+    }
+
+
+def _read_trace(path: str) -> tuple[list[int], list[int], list[float] | None]:
+    import csv
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    rows: list[dict[str, Any]]
+    if p.suffix in (".jsonl", ".json"):
+        rows = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    else:
+        with p.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    if not rows:
+        raise ValueError(f"{path}: empty trace")
+    keys = rows[0].keys()
+
+    def pick(*names: str) -> str | None:
+        return next((n for n in names if n in keys), None)
+
+    ik = pick("input_length", "isl", "input_tokens", "prompt_tokens", "ContextTokens", "input_len")
+    ok = pick("output_length", "osl", "output_tokens", "completion_tokens", "GeneratedTokens", "output_len")
+    tk = pick("timestamp", "arrival_s", "time", "ts")
+    if ik is None or ok is None:
+        raise ValueError(f"{path}: needs input and output length columns (e.g. input_length, output_length)")
+    isl = [int(float(r[ik])) for r in rows]
+    osl = [int(float(r[ok])) for r in rows]
+    times: list[float] | None = None
+    if tk is not None:
+        try:
+            times = [float(r[tk]) for r in rows]
+        except (TypeError, ValueError):
+            times = None  # not numeric seconds (e.g. ISO dates): Little's law skipped
+    return isl, osl, times
+
+
+def _validate(args: argparse.Namespace) -> int:
+    import json
+    import statistics
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from planner_core.memory.calibrate import predict_report
+    from planner_core.memory.params import DEFAULT_PARAMS
+    from planner_core.memory.reports import load_reports
+    from planner_core.modelcfg import load_model_config
+
+    csv_path = Path(args.validate)
+    reports = load_reports(csv_path)
+    cfg_dir = Path(args.configs_dir) if args.configs_dir else csv_path.parent.parent / "model_configs"
+    out: list[dict[str, Any]] = []
+    for r in reports:
+        m = load_model_config(cfg_dir / r.model_config_file)
+        b = predict_report(r, m, DEFAULT_PARAMS)
+        err = None if not r.kv_cache_gib else (b.kv_cache_gib - r.kv_cache_gib) / r.kv_cache_gib * 100
+        out.append({"row_id": r.row_id, "model": r.model_config_file, "reported_kv_gib": r.kv_cache_gib,
+                    "predicted": _breakdown_dict(b), "kv_error_pct": None if err is None else round(err, 3)})  # fmt: skip
+    errs = [abs(o["kv_error_pct"]) for o in out if o["kv_error_pct"] is not None]
+    summary = {
+        "rows": len(out),
+        "median_abs_kv_error_pct": round(statistics.median(errs), 3) if errs else None,
+        "max_abs_kv_error_pct": round(max(errs), 3) if errs else None,
+    }
+    if args.json:
+        print(json.dumps({"summary": summary, "rows": out}))
+        return 0
+    table = Table(title=f"KV cache: predicted vs reported ({csv_path.name})")
+    for col in ("row", "model", "reported GiB", "predicted GiB", "error %"):
+        table.add_column(col, justify="right" if col != "model" else "left")
+    for o in out:
+        err = o["kv_error_pct"]
+        table.add_row(o["row_id"], o["model"], f"{o['reported_kv_gib']}", f"{o['predicted']['kv_cache_gib']:.2f}",
+                      "-" if err is None else f"{err:+.2f}")  # fmt: skip
+    console = Console()
+    console.print(table)
+    console.print(
+        f"median |error| {summary['median_abs_kv_error_pct']} %, max {summary['max_abs_kv_error_pct']} %"
+    )
+    return 0
+
+
+def _plot(result: Any, path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [c for c in result.candidates if c.feasible]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.scatter(
+        [c.throughput_proxy for c in ok], [c.latency_proxy for c in ok], s=8, alpha=0.3, label="feasible"
+    )
+    front = result.pareto
+    ax.plot(
+        [c.throughput_proxy for c in front],
+        [c.latency_proxy for c in front],
+        "r-o",
+        ms=4,
+        label="Pareto front",
+    )
+    if result.best is not None:
+        ax.scatter([result.best.throughput_proxy], [result.best.latency_proxy], marker="*", s=200, c="k",
+                   label="recommended", zorder=5)  # fmt: skip
+    ax.set_xlabel("throughput proxy (concurrent sequences per GPU)")
+    ax.set_ylabel("latency proxy (graph coverage x (1 - padding))")
+    ax.set_title(title)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    if args.validate:
+        return _validate(args)
+    if not args.model:
+        print("planner autotune: --model CONFIG.json is required (or --validate FILE.csv)", file=sys.stderr)
+        return 2
+
+    from dataclasses import replace
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from planner_core.autotune import SearchSpace, from_lengths, search, synthetic, vllm_flags
+    from planner_core.hardware import UnknownGpuError, gpu_spec
+    from planner_core.memory.settings import EngineSettings, parse_version
+    from planner_core.modelcfg import ModelConfigError, load_model_config
+
+    try:
+        model = load_model_config(args.model)
+        gpu = gpu_spec(args.gpu)
+        if args.trace:
+            isl, osl, times = _read_trace(args.trace)
+            target = "latency" if args.workload in ("chatbot", "interactive") else "throughput"
+            workload = from_lengths(isl, osl, times, target=target, name=f"trace:{args.trace}")
+        else:
+            workload = synthetic(args.workload)
+    except (ModelConfigError, UnknownGpuError, ValueError, OSError) as exc:
+        print(f"planner autotune: {exc}", file=sys.stderr)
+        return 2
+    tps = (args.tp,) if args.tp else (1, 2, 4, 8)
+    base = EngineSettings(vllm_version=parse_version(args.vllm_version))
+    lens = tuple(sorted({2048, 4096, 8192, 16384, 32768, workload.context_p99_tokens}))
+    space = replace(SearchSpace(), tp=tps, max_model_len=lens)
+    try:
+        result = search(model, gpu.memory_gib, gpu.has_fp8, workload, space, base)
+    except ModelConfigError as exc:
+        print(f"planner autotune: {exc}", file=sys.stderr)
+        return 2
+    if args.plot:
+        _plot(result, args.plot, f"{model.architecture} on {gpu.name} ({workload.name})")
+    best = result.best
+    if args.json:
+        payload: dict[str, Any] = {
+            "model": args.model,
+            "gpu": gpu.name,
+            "workload": workload.name,
+            "feasible": best is not None,
+            "rejected": result.rejected_by_reason(),
+            "evaluated": len(result.candidates),
+        }
+        if best is not None and best.breakdown is not None:
+            payload["flags"] = vllm_flags(best.settings)
+            payload["memory_gib"] = _breakdown_dict(best.breakdown)
+            payload["score"] = round(best.score, 4)
+            payload["tp"] = best.settings.tp
+        payload["pareto"] = [
+            {"flags": vllm_flags(c.settings), "throughput_proxy": round(c.throughput_proxy, 3),
+             "latency_proxy": round(c.latency_proxy, 4)} for c in result.pareto
+        ]  # fmt: skip
+        print(json.dumps(payload))
+        return 0 if best is not None else 1
+    console = Console()
+    if best is None or best.breakdown is None:
+        console.print(f"[red]no feasible configuration[/red] for {model.architecture} on {gpu.name}")
+        for reason, n in sorted(result.rejected_by_reason().items()):
+            console.print(f"  {reason}: {n}")
+        return 1
+    console.print(
+        f"[bold]{model.architecture}[/bold] on {gpu.name} x{best.settings.tp}, workload {workload.name}"
+    )
+    console.print("vllm serve <model> " + " ".join(vllm_flags(best.settings)))
+    table = Table(title="Predicted memory per GPU")
+    table.add_column("component")
+    table.add_column("GiB", justify="right")
+    for name, gib in best.breakdown.rows():
+        table.add_row(name, f"{gib:.2f}")
+    table.add_row("total", f"{best.breakdown.gpu_total_gib:.2f}")
+    console.print(table)
+    b = best.breakdown
+    console.print(
+        f"KV tokens {b.kv_cache_tokens:,}  blocks {b.num_gpu_blocks:,}  max concurrency {b.max_concurrency:.1f}"
+    )
+    console.print(f"Pareto front: {len(result.pareto)} configs; rejected: {result.rejected_by_reason()}")
+    return 0

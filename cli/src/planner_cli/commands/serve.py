@@ -1,0 +1,44 @@
+"""planner serve SERVICE [settings flags]: run one service in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "serve"
+HELP = "run one service (fpm-relay, regression, predictor, decider, actuator-circus, actuator-k8s, engine-sim, loadgen)"
+SERVICES = (
+    "fpm-relay",
+    "regression",
+    "predictor",
+    "decider",
+    "actuator-circus",
+    "actuator-k8s",
+    "engine-sim",
+    "loadgen",
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("service", choices=(*SERVICES, "echo"), help="which service to run")
+    parser.add_argument(
+        "settings", nargs=argparse.REMAINDER, help="settings flags (see `planner serve SERVICE --help`)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import importlib
+
+    from planner_runtime.service import run_service
+
+    if args.service == "echo":
+        from planner_runtime.testing import EchoService
+
+        return run_service(EchoService, args.settings, prog="planner serve echo")
+    module = f"planner_{args.service.replace('-', '_')}.service"
+    try:
+        cls = importlib.import_module(module).SERVICE
+    except ModuleNotFoundError as exc:
+        print(f"planner serve: service {args.service!r} is not available ({exc})")
+        return 2
+    code: int = run_service(cls, args.settings, prog=f"planner serve {args.service}")
+    return code

@@ -1,0 +1,61 @@
+# Planner tasks. `just` lists them.
+set shell := ["bash", "-euo", "pipefail", "-c"]
+set positional-arguments
+
+export UV_PYTHON_DOWNLOADS := "never"
+
+default:
+    @just --list
+
+# install the workspace (Python 3.11 venv in .venv, locked dependencies)
+setup:
+    uv sync --frozen
+
+# the end-to-end demo on this machine: no GPU needed, ends by itself
+demo *args: setup
+    uv run planner demo "$@"
+
+# everything CI checks: lint, types, layering, schema freshness, all tests
+test *args: setup lint typecheck
+    uv run planner schema --check
+    uv run pytest -q "$@"
+
+# fast feedback: unit tests only
+test-unit *args: setup
+    uv run pytest -q tests/unit "$@"
+
+lint:
+    uv run ruff check .
+    uv run ruff format --check .
+    uv run lint-imports
+
+typecheck:
+    uv run mypy
+
+fmt:
+    uv run ruff check --fix .
+    uv run ruff format .
+
+# regenerate proto/schema/*.json from the message definitions
+schema:
+    uv run planner schema
+
+# engine timing model accuracy against the real H200 profile (MAPE)
+bench-timing *args: setup
+    uv run python benchmarks/bench_timing.py "$@"
+
+# scheduler passes per second
+bench-engine *args: setup
+    uv run python benchmarks/bench_engine.py "$@"
+
+# online regression accuracy and cost per update
+bench-regression *args: setup
+    uv run python benchmarks/bench_regression.py "$@"
+
+# forecaster accuracy on the Azure traces
+bench-forecast *args: setup
+    uv run python benchmarks/bench_forecast.py "$@"
+
+# vLLM memory model against real start-up reports
+bench-memory *args: setup
+    uv run python benchmarks/bench_memory.py "$@"

@@ -1,0 +1,159 @@
+"""Interpolation of the reference profile format (see :mod:`planner_core.profile`).
+
+Prefill: TTFT(ISL) and throughput/GPU(ISL) by a 1-D cubic spline, ISL clamped to the profiled range.
+Decode: ITL and throughput/GPU over (kv_usage, context) on a regular grid, filled once per profile by
+2-D cubic interpolation of the scattered points, with nearest-neighbour values where the cubic is
+undefined (outside the convex hull of the points). Queries snap to the nearest grid cell.
+
+Everything here is computed when the interpolator is built; queries are cheap and never raise on
+odd inputs (NaN in -> NaN out), so callers decide what an invalid answer means.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+from scipy.interpolate import CubicSpline, griddata
+
+from planner_core.profile import DecodeProfile, PrefillProfile
+
+FloatArray = npt.NDArray[np.float64]
+
+GRID_RESOLUTION = 100
+
+
+def _unique_sorted(x: FloatArray, *ys: FloatArray) -> tuple[FloatArray, list[FloatArray]]:
+    """Sort by x and average the y values of duplicate x (a spline needs strictly increasing x)."""
+    xs, inverse = np.unique(x, return_inverse=True)
+    counts = np.bincount(inverse).astype(np.float64)
+    out = [np.bincount(inverse, weights=y) / counts for y in ys]
+    return xs.astype(np.float64), out
+
+
+class _Curve:
+    """A 1-D curve: cubic spline with >= 4 distinct points, linear below that; x clamped to range."""
+
+    def __init__(self, x: FloatArray, y: FloatArray) -> None:
+        self.lo = float(x[0])
+        self.hi = float(x[-1])
+        self._spline: CubicSpline | None = CubicSpline(x, y) if x.size >= 4 else None
+        self._x = x
+        self._y = y
+
+    def __call__(self, x: float) -> float:
+        if not math.isfinite(x):
+            return math.nan
+        xc = min(max(x, self.lo), self.hi)
+        if self._spline is not None:
+            return float(self._spline(xc))
+        return float(np.interp(xc, self._x, self._y))
+
+
+class PrefillInterpolator:
+    """TTFT [ms] and prefill throughput [tokens/s/GPU] as functions of ISL [tokens]."""
+
+    def __init__(self, profile: PrefillProfile) -> None:
+        isl, (ttft, thpt) = _unique_sorted(profile.isl_tokens, profile.ttft_ms, profile.thpt_per_gpu)
+        self.isl_range_tokens = (float(isl[0]), float(isl[-1]))
+        self._ttft = _Curve(isl, ttft)
+        self._thpt = _Curve(isl, thpt)
+
+    def ttft_ms(self, isl_tokens: float) -> float:
+        return self._ttft(isl_tokens)
+
+    def thpt_per_gpu(self, isl_tokens: float) -> float:
+        return self._thpt(isl_tokens)
+
+
+class DecodeInterpolator:
+    """ITL [ms] and decode throughput [output tokens/s/GPU] over (kv_usage, context length)."""
+
+    def __init__(self, profile: DecodeProfile, resolution: int = GRID_RESOLUTION) -> None:
+        if resolution < 2:
+            raise ValueError(f"resolution must be >= 2, got {resolution}")
+        self.max_kv_tokens = profile.max_kv_tokens
+        self.resolution = resolution
+        x = profile.kv_usage
+        y = profile.context_length_tokens
+        self.kv_axis: FloatArray = np.linspace(float(x.min()), float(x.max()), resolution)
+        self.context_axis: FloatArray = np.linspace(float(y.min()), float(y.max()), resolution)
+        # grid[i, j] is at kv_axis[i], context_axis[j]
+        kv_grid, ctx_grid = np.meshgrid(self.kv_axis, self.context_axis, indexing="ij")
+        self.itl_grid_ms = _fill_grid(x, y, profile.itl_ms, kv_grid, ctx_grid)
+        self.thpt_grid = _fill_grid(x, y, profile.thpt_per_gpu, kv_grid, ctx_grid)
+
+    def _index(self, axis: FloatArray, value: float) -> int:
+        lo, hi = float(axis[0]), float(axis[-1])
+        if hi <= lo:
+            return 0
+        pos = (min(max(value, lo), hi) - lo) / (hi - lo) * (self.resolution - 1)
+        return round(pos)
+
+    def itl_ms(self, kv_usage: float, context_length_tokens: float) -> float:
+        if not (math.isfinite(kv_usage) and math.isfinite(context_length_tokens)):
+            return math.nan
+        i = self._index(self.kv_axis, kv_usage)
+        j = self._index(self.context_axis, context_length_tokens)
+        return float(self.itl_grid_ms[i, j])
+
+    def thpt_per_gpu(self, kv_usage: float, context_length_tokens: float) -> float:
+        if not (math.isfinite(kv_usage) and math.isfinite(context_length_tokens)):
+            return math.nan
+        i = self._index(self.kv_axis, kv_usage)
+        j = self._index(self.context_axis, context_length_tokens)
+        return float(self.thpt_grid[i, j])
+
+    def itl_at_concurrency_ms(self, concurrency: float, context_length_tokens: float) -> float:
+        """ITL when ``concurrency`` requests of ``context_length_tokens`` each share the KV cache."""
+        kv_usage = concurrency * context_length_tokens / self.max_kv_tokens
+        return self.itl_ms(kv_usage, context_length_tokens)
+
+    def best_thpt_per_gpu(self, itl_target_ms: float, context_length_tokens: float) -> float:
+        """Highest-load throughput/GPU whose ITL meets the target, at this context length.
+
+        Scans kv_usage from high to low and takes the first cell with ITL <= target. When no cell
+        meets the target, the lowest-load cell is returned (the most the engine can do); callers
+        that need to know use :meth:`meets_itl`.
+        """
+        if not (math.isfinite(itl_target_ms) and math.isfinite(context_length_tokens)):
+            return math.nan
+        j = self._index(self.context_axis, context_length_tokens)
+        column = self.itl_grid_ms[:, j]
+        ok = np.nonzero(column <= itl_target_ms)[0]
+        i = int(ok[-1]) if ok.size else 0
+        return float(self.thpt_grid[i, j])
+
+    def meets_itl(self, itl_target_ms: float, context_length_tokens: float) -> bool:
+        """True when some load level at this context meets the ITL target."""
+        if not (math.isfinite(itl_target_ms) and math.isfinite(context_length_tokens)):
+            return False
+        j = self._index(self.context_axis, context_length_tokens)
+        return bool(np.any(self.itl_grid_ms[:, j] <= itl_target_ms))
+
+
+def _fill_grid(x: FloatArray, y: FloatArray, z: FloatArray, gx: FloatArray, gy: FloatArray) -> FloatArray:
+    """Cubic interpolation of scattered (x, y) -> z onto the grid, nearest where cubic is undefined.
+
+    Axes are rescaled to [0, 1] first: kv_usage and context length differ by four orders of
+    magnitude, and the triangulation would otherwise be degenerate in practice.
+    """
+    sx = _scale(x, x)
+    sy = _scale(y, y)
+    pts = np.column_stack([sx, sy])
+    qx = _scale(gx, x)
+    qy = _scale(gy, y)
+    nearest = np.asarray(griddata(pts, z, (qx, qy), method="nearest"), dtype=np.float64)
+    try:
+        cubic = np.asarray(griddata(pts, z, (qx, qy), method="cubic"), dtype=np.float64)
+    except (ValueError, RuntimeError):  # Qhull failure (QhullError is a RuntimeError): degenerate points
+        return nearest
+    return np.where(np.isfinite(cubic), cubic, nearest)
+
+
+def _scale(v: FloatArray, ref: FloatArray) -> FloatArray:
+    lo, hi = float(ref.min()), float(ref.max())
+    if hi <= lo:
+        return np.zeros_like(v, dtype=np.float64)
+    return (v - lo) / (hi - lo)

@@ -1,0 +1,108 @@
+"""The per-GPU memory breakdown vLLM reports at start-up, predicted from config + settings.
+
+KV cache is the remainder: ``gpu_memory_utilization * total - (weights + activation + non_torch)``
+(and the graphs too when :attr:`MemoryParams.graph_in_kv_budget`). Blocks, tokens and concurrency
+follow vLLM's arithmetic: ``blocks = floor(kv_bytes / (block_size * kv_bytes_per_token))``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner_core.memory.components import activation_gib, cuda_graph_gib, non_torch_gib
+from planner_core.memory.params import DEFAULT_PARAMS, MemoryParams
+from planner_core.memory.settings import EngineSettings
+from planner_core.memory.weights import GIB, model_dtype, stage_layers, weight_bytes_rank
+from planner_core.modelcfg import ModelConfig
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """One GPU (TP rank 0 of PP stage ``stage``); all sizes in GiB."""
+
+    gpu_total_gib: float
+    budget_gib: float  # gpu_memory_utilization * total
+    weights_gib: float
+    activation_gib: float
+    non_torch_gib: float
+    cuda_graph_gib: float
+    kv_cache_gib: float  # may be negative: the config does not fit
+    kv_bytes_per_token: float  # on this GPU, all its layers
+    num_gpu_blocks: int
+    kv_cache_tokens: int
+    max_concurrency: float  # requests of max_model_len that fit at once
+    capture_sizes: tuple[int, ...]
+    headroom_gib: float  # total - budget - graphs (graphs outside the budget), or total - budget
+    stage: int = 0
+
+    @property
+    def non_kv_gib(self) -> float:
+        return self.weights_gib + self.activation_gib + self.non_torch_gib
+
+    def rows(self) -> list[tuple[str, float]]:
+        """(component, GiB) for tables."""
+        return [
+            ("weights", self.weights_gib),
+            ("activation peak", self.activation_gib),
+            ("non-torch", self.non_torch_gib),
+            ("CUDA graphs", self.cuda_graph_gib),
+            ("KV cache", self.kv_cache_gib),
+            ("free headroom", self.headroom_gib),
+        ]
+
+
+def predict_stage(
+    model: ModelConfig,
+    gpu_total_gib: float,
+    settings: EngineSettings,
+    params: MemoryParams = DEFAULT_PARAMS,
+    stage: int = 0,
+) -> MemoryBreakdown:
+    settings.validate()
+    if not 0 <= stage < settings.pp:
+        raise ValueError(f"stage={stage} not in [0, pp={settings.pp})")
+    weights = weight_bytes_rank(model, settings, params, stage) / GIB
+    act = activation_gib(model, settings, params, gpu_total_gib, stage)
+    nt = non_torch_gib(settings, params)
+    sizes = settings.capture_sizes(gpu_total_gib)
+    graph = cuda_graph_gib(model, settings, params, sizes, stage)
+    budget = settings.gpu_memory_utilization * gpu_total_gib
+    kv = budget - weights - act - nt - (graph if params.graph_in_kv_budget else 0.0)
+    headroom = gpu_total_gib - budget - (0.0 if params.graph_in_kv_budget else graph)
+    layers = len(stage_layers(model.num_layers, settings.pp, stage))
+    kv_dtype = model_dtype(model, settings) if settings.kv_cache_dtype == "auto" else settings.kv_cache_dtype
+    per_token = model.kv_bytes_per_token(kv_dtype, settings.tp) * layers / model.num_layers
+    block_bytes = settings.block_size * per_token
+    blocks = int(kv * GIB // block_bytes) if kv > 0 and block_bytes > 0 else 0
+    tokens = blocks * settings.block_size
+    per_req = model.kv_bytes_per_request(settings.max_model_len, kv_dtype, settings.tp)
+    per_req *= layers / model.num_layers
+    concurrency = blocks * block_bytes / per_req if per_req > 0 else 0.0
+    return MemoryBreakdown(
+        gpu_total_gib=gpu_total_gib,
+        budget_gib=budget,
+        weights_gib=weights,
+        activation_gib=act,
+        non_torch_gib=nt,
+        cuda_graph_gib=graph,
+        kv_cache_gib=kv,
+        kv_bytes_per_token=per_token,
+        num_gpu_blocks=blocks,
+        kv_cache_tokens=tokens,
+        max_concurrency=concurrency,
+        capture_sizes=sizes,
+        headroom_gib=headroom,
+        stage=stage,
+    )
+
+
+def predict_memory(
+    model: ModelConfig,
+    gpu_total_gib: float,
+    settings: EngineSettings,
+    params: MemoryParams = DEFAULT_PARAMS,
+) -> MemoryBreakdown:
+    """Breakdown of the PP stage with the fewest KV tokens (vLLM sizes every stage's cache to it);
+    with PP=1 that is the only stage. ``stage`` in the result says which one it is."""
+    stages = [predict_stage(model, gpu_total_gib, settings, params, s) for s in range(settings.pp)]
+    return min(stages, key=lambda b: (b.kv_cache_tokens, b.stage))

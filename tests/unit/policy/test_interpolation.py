@@ -1,0 +1,153 @@
+"""Profile interpolation: synthetic profiles with known answers, and the real H200 profile."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
+from planner_core.profile import DecodeProfile, PrefillProfile, load_decode, load_prefill
+
+H200_PREFILL = "dynamo/h200_llama31_8b_fp8_tp1_prefill_raw_data.npz"
+H200_DECODE = "dynamo/h200_llama31_8b_fp8_tp1_decode_raw_data.npz"
+
+
+def linear_decode() -> DecodeProfile:
+    # ITL = 10 + 40 * kv ms, thpt = 4000 * kv tok/s/GPU, same at every context
+    kv, ctx = np.meshgrid([0.0, 0.25, 0.5, 0.75, 1.0], [1000.0, 3000.0, 5000.0])
+    kv, ctx = kv.ravel(), ctx.ravel()
+    return DecodeProfile(
+        kv_usage=kv,
+        context_length_tokens=ctx,
+        itl_ms=10 + 40 * kv,
+        thpt_per_gpu=4000 * kv,
+        max_kv_tokens=100_000,
+    )
+
+
+@pytest.mark.parametrize(
+    ("isl", "expected_ttft_ms"),
+    [
+        (1000.0, 20.0),  # on a point: quadratic 1e-5*isl^2 + 10 = 20
+        (2500.0, 72.5),  # between points: a cubic spline reproduces a quadratic exactly
+    ],
+    ids=["on_point", "between_points"],
+)
+def test_prefill_spline_reproduces_quadratic(isl: float, expected_ttft_ms: float) -> None:
+    x = np.array([500.0, 1000.0, 2000.0, 3000.0, 4000.0])
+    prof = PrefillProfile(isl_tokens=x, ttft_ms=1e-5 * x**2 + 10, thpt_per_gpu=x / (1e-5 * x**2 + 10) * 1000)
+    assert PrefillInterpolator(prof).ttft_ms(isl) == pytest.approx(expected_ttft_ms)
+
+
+@pytest.mark.parametrize(
+    ("isl", "expected_ttft_ms"),
+    [(10.0, 12.5), (1e9, 170.0), (math.nan, math.nan)],
+    ids=["below_range_clamped_to_first", "above_range_clamped_to_last", "nan_in_nan_out"],
+)
+def test_prefill_clamps(isl: float, expected_ttft_ms: float) -> None:
+    x = np.array([500.0, 1000.0, 2000.0, 3000.0, 4000.0])
+    prof = PrefillProfile(isl_tokens=x, ttft_ms=1e-5 * x**2 + 10, thpt_per_gpu=np.full(5, 1.0))
+    got = PrefillInterpolator(prof).ttft_ms(isl)
+    # 1e-5*500^2 + 10 = 12.5 ; 1e-5*4000^2 + 10 = 170
+    assert got == pytest.approx(expected_ttft_ms, nan_ok=True)
+
+
+def test_prefill_few_points_is_linear() -> None:
+    prof = PrefillProfile(
+        isl_tokens=np.array([100.0, 300.0]), ttft_ms=np.array([10.0, 30.0]), thpt_per_gpu=np.array([1.0, 3.0])
+    )
+    assert PrefillInterpolator(prof).ttft_ms(200.0) == pytest.approx(20.0)
+
+
+@pytest.mark.parametrize(
+    ("itl_target", "expected_thpt"),
+    [
+        # first cell from high kv with 10 + 40*kv <= 60 is kv = 1.0 -> 4000
+        (60.0, 4000.0),
+        # 10 + 40*kv <= 25 -> kv <= 0.375 -> grid cell 37/99 = 0.3737 -> 4000*0.3737 = 1494.9
+        (25.0, 4000.0 * 37 / 99),
+        # nothing meets 5 ms -> lowest-load cell, kv 0 -> 0
+        (5.0, 0.0),
+    ],
+    ids=["loose_target_full_kv", "tight_target_partial_kv", "unreachable_lowest_cell"],
+)
+def test_best_decode_thpt_linear_profile(itl_target: float, expected_thpt: float) -> None:
+    interp = DecodeInterpolator(linear_decode())
+    assert interp.best_thpt_per_gpu(itl_target, 3000.0) == pytest.approx(expected_thpt, abs=1e-3)
+    assert interp.meets_itl(itl_target, 3000.0) == (itl_target >= 10.0)
+
+
+def test_decode_itl_at_concurrency() -> None:
+    interp = DecodeInterpolator(linear_decode())
+    # 10 requests * 5000 tokens / 100000 = kv 0.5 -> 10 + 40*0.5 = 30 ms (grid cell 49.5 -> 50/99 = 0.505)
+    assert interp.itl_at_concurrency_ms(10, 5000.0) == pytest.approx(10 + 40 * 50 / 99, abs=1e-6)
+    assert math.isnan(interp.itl_ms(math.nan, 1000.0))
+
+
+def test_decode_grid_precomputed_once_and_finite() -> None:
+    interp = DecodeInterpolator(linear_decode())
+    assert interp.itl_grid_ms.shape == (100, 100)
+    assert np.all(np.isfinite(interp.itl_grid_ms)) and np.all(np.isfinite(interp.thpt_grid))
+
+
+def test_decode_degenerate_points_fall_back_to_nearest() -> None:
+    # all points on one context: the triangulation fails, nearest fills the grid
+    kv = np.array([0.1, 0.5, 0.9])
+    prof = DecodeProfile(
+        kv_usage=kv,
+        context_length_tokens=np.full(3, 2000.0),
+        itl_ms=np.array([10.0, 20.0, 30.0]),
+        thpt_per_gpu=np.array([100.0, 500.0, 900.0]),
+        max_kv_tokens=1000,
+    )
+    interp = DecodeInterpolator(prof)
+    assert interp.best_thpt_per_gpu(25.0, 2000.0) == 500.0
+
+
+# ---- the real H200 / Llama-3.1-8B-FP8 profile ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def h200(shared_data: Path) -> tuple[PrefillInterpolator, DecodeInterpolator]:
+    return (
+        PrefillInterpolator(load_prefill(shared_data / H200_PREFILL)),
+        DecodeInterpolator(load_decode(shared_data / H200_DECODE)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("isl", "ttft_ms", "thpt"),
+    [(100.0, 19.525209, 5121.584), (8236.0, 171.02919, 48155.522), (16372.0, 375.482618, 43602.551)],
+    ids=["first_point", "middle_point", "last_point"],
+)
+def test_h200_prefill_hits_profiled_points(
+    h200: tuple[PrefillInterpolator, DecodeInterpolator], isl: float, ttft_ms: float, thpt: float
+) -> None:
+    pre, _ = h200
+    assert pre.ttft_ms(isl) == pytest.approx(ttft_ms, rel=1e-6)
+    assert pre.thpt_per_gpu(isl) == pytest.approx(thpt, rel=1e-6)
+
+
+def test_h200_prefill_between_and_clamped(h200: tuple[PrefillInterpolator, DecodeInterpolator]) -> None:
+    pre, _ = h200
+    # 3000 lies between the 2134 (50.0 ms) and 3151 (63.2 ms) points
+    assert 50.0 < pre.ttft_ms(3000.0) < 63.3
+    assert pre.ttft_ms(1.0) == pytest.approx(19.525209)
+    assert pre.ttft_ms(1e6) == pytest.approx(375.482618)
+
+
+def test_h200_decode(h200: tuple[PrefillInterpolator, DecodeInterpolator]) -> None:
+    _, dec = h200
+    assert dec.max_kv_tokens == 945029
+    # ITL grows with load at a fixed context (profile: 4.4 ms idle .. ~40 ms near full at ctx 2997)
+    low, high = dec.itl_ms(0.05, 2997.0), dec.itl_ms(0.85, 2997.0)
+    assert 3.0 < low < high < 50.0
+    # a looser ITL target never buys less throughput in the interior of the profile
+    t10, t20, t30 = (dec.best_thpt_per_gpu(t, 5644.0) for t in (10.0, 20.0, 30.0))
+    assert 0 < t10 <= t20 <= t30
+    # ~ profiled points: 19.7 ms -> 3926 tok/s/GPU, 31.1 ms -> 4116 at ctx 5644
+    assert 3000.0 < t20 < 4500.0
+    assert not dec.meets_itl(1.0, 5644.0)

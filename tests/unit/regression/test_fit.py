@@ -1,0 +1,121 @@
+"""Fits on exact lines, outliers, negative slopes and too few samples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner_core.regression import OnlineRegression, RegressionConfig, fit_linear
+from planner_proto.engine import Component
+
+
+@pytest.mark.parametrize("method", ["ols", "robust"])
+@pytest.mark.parametrize(
+    ("component", "rows", "intercept", "coefs"),
+    [
+        # prefill: wall = 0.01 s + 2e-5 s/token * tokens; tokens 1000 -> 0.03 s, 8000 -> 0.17 s
+        (Component.PREFILL, [[t] for t in (500, 1000, 2000, 4000, 8000)], 0.01, (2e-5,)),
+        # decode: wall = 0.005 + 1e-4 * reqs + 1e-7 * kv; (10, 1e5) -> 0.005 + 0.001 + 0.01 = 0.016 s
+        (
+            Component.DECODE,
+            [[n, kv] for n, kv in ((1, 2e3), (10, 1e5), (50, 2e5), (100, 8e5), (30, 6e5), (5, 4e5))],
+            0.005,
+            (1e-4, 1e-7),
+        ),
+        # agg: wall = 0.008 + 1.5e-5 * prefill + 5e-8 * kv
+        (
+            Component.AGG,
+            [[p, kv] for p, kv in ((0, 1e4), (512, 5e4), (2048, 1e5), (8192, 3e5), (1024, 7e5), (4096, 0))],
+            0.008,
+            (1.5e-5, 5e-8),
+        ),
+    ],
+    ids=["prefill", "decode", "agg"],
+)
+def test_exact_line_is_recovered(
+    method: str, component: Component, rows: list[list[float]], intercept: float, coefs: tuple[float, ...]
+) -> None:
+    model = OnlineRegression(
+        RegressionConfig(component=component, method="ols" if method == "ols" else "robust")
+    )
+    for row in rows:
+        model.add_sample(row, intercept + sum(c * v for c, v in zip(coefs, row, strict=True)))
+    fit = model.fit()
+    assert fit.ready and fit.reason == ""
+    assert fit.intercept_s == pytest.approx(intercept, rel=1e-6)
+    assert fit.coefficients == pytest.approx(coefs, rel=1e-6)
+    assert fit.r2 == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("n", "ready", "reason"),
+    [(4, False, "too_few_samples"), (5, True, "")],
+    ids=["4-below-min-5", "5-at-min"],
+)
+def test_minimum_samples(n: int, ready: bool, reason: str) -> None:
+    model = OnlineRegression(RegressionConfig(component=Component.PREFILL))
+    for i in range(n):
+        model.add_sample([1000.0 * (i + 1)], 0.01 + 1e-5 * 1000.0 * (i + 1))
+    assert (model.fit().ready, model.fit().reason) == (ready, reason)
+
+
+@pytest.mark.parametrize(
+    ("component", "rows", "walls", "reason"),
+    [
+        # more tokens, less time: slope -1e-5 s/token
+        (
+            Component.PREFILL,
+            [[1000], [2000], [3000], [4000], [5000]],
+            [0.05, 0.04, 0.03, 0.02, 0.01],
+            "sum_prefill_tokens",
+        ),
+        # kv up, time down (slope on kv -1e-7), requests +1e-4
+        (
+            Component.DECODE,
+            [[1, 1e5], [2, 2e5], [3, 1e5], [4, 3e5], [5, 2e5], [6, 4e5]],
+            [
+                0.02 + 1e-4 * n - 1e-7 * kv
+                for n, kv in [(1, 1e5), (2, 2e5), (3, 1e5), (4, 3e5), (5, 2e5), (6, 4e5)]
+            ],
+            "sum_decode_kv_tokens",
+        ),
+    ],
+    ids=["prefill-negative", "decode-kv-negative"],
+)
+def test_negative_slope_rejected(
+    component: Component, rows: list[list[float]], walls: list[float], reason: str
+) -> None:
+    model = OnlineRegression(RegressionConfig(component=component))
+    for row, wall in zip(rows, walls, strict=True):
+        model.add_sample(row, wall)
+    fit = model.fit()
+    assert not fit.ready
+    assert fit.reason == f"negative_slope:{reason}"
+    assert model.predict_s(rows[0]) is None
+    assert model.to_latency_model().reason == fit.reason
+
+
+def test_degenerate_inputs() -> None:
+    # every pass had the same token count: the slope is not identifiable
+    model = OnlineRegression(RegressionConfig(component=Component.PREFILL))
+    for _ in range(6):
+        model.add_sample([2048.0], 0.05)
+    assert model.fit().reason == "degenerate_inputs"
+
+
+def test_robust_beats_ols_on_outliers() -> None:
+    # true line 0.01 + 2e-5 x with 2% noise; every 8th pass stalls at 6x its time
+    rng = np.random.default_rng(7)
+    x = rng.uniform(200, 8000, size=64)
+    y = (0.01 + 2e-5 * x) * (1 + 0.02 * rng.standard_normal(64))
+    y[::8] *= 6.0
+    ols = fit_linear(x[:, None], y, "ols")
+    rob = fit_linear(x[:, None], y, "robust")
+    truth = 0.01 + 2e-5 * x
+
+    def mape(f: object) -> float:
+        assert hasattr(f, "intercept")
+        pred = f.intercept + f.coefs[0] * x  # type: ignore[attr-defined]
+        return float(np.mean(np.abs(pred - truth) / truth))
+
+    assert mape(rob) < 0.03 < mape(ols)
