@@ -11,6 +11,8 @@ _TOKEN = re.compile(r"^[A-Za-z0-9_\-]+$")
 ENGINES_BUCKET = "planner_engines"
 STATE_BUCKET = "planner_state"
 DECISION_STREAM = "PLANNER_DECISIONS"
+ENGINES_TTL_S = 15.0
+"""TTL of the ``planner_engines`` bucket: an engine refreshes its key every ENGINES_TTL_S / 3 seconds."""
 
 
 def check_token(value: str, what: str) -> str:
@@ -62,6 +64,10 @@ class Subjects(msgspec.Struct, frozen=True):
     def engine_key(self, component: str, worker_id: str) -> str:
         """Key in the ``planner_engines`` bucket (KV keys allow dots)."""
         return f"{self.ns}.{component}.{worker_id}"
+
+    def state_key(self, *parts: str) -> str:
+        """Key in the ``planner_state`` bucket, e.g. ``state_key("decider", "decision_id")``."""
+        return ".".join((self.ns, *parts))
 
     def decision_stream(self) -> str:
         return f"{DECISION_STREAM}_{self.ns}".upper().replace("-", "_")
