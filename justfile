@@ -17,6 +17,7 @@ demo *args: setup
 
 # everything CI checks: lint, types, layering, schema freshness, all tests
 test *args: setup lint typecheck
+    bash scripts/fetch-compose-schema.sh
     uv run planner schema --check
     uv run pytest -q "$@"
 
@@ -59,3 +60,7 @@ bench-forecast *args: setup
 # vLLM memory model against real start-up reports
 bench-memory *args: setup
     uv run python benchmarks/bench_memory.py "$@"
+
+# fuzz every decoder, the FPM framing and the trace readers (hypothesis; prints inputs tried)
+fuzz examples="17000": setup
+    PLANNER_FUZZ_EXAMPLES={{examples}} uv run pytest tests/fuzz -q -s -p no:randomly --timeout 0

@@ -109,8 +109,14 @@ class Bus:
             metrics.reconnects.inc()
             log.info("nats_reconnected", url=str(nc.connected_url.netloc if nc.connected_url else ""))
 
+        last_error: list[BaseException] = []
+        auth_failed = asyncio.Event()
+
         async def on_error(exc: Exception) -> None:
-            log.debug("nats_error", error=str(exc))
+            last_error[:] = [exc]
+            if _is_auth_error(exc):
+                auth_failed.set()
+            log.debug("nats_error", error=str(exc) or type(exc).__name__)
 
         loop = asyncio.get_running_loop()
         deadline = None if max_wait_s is None else loop.time() + max_wait_s
@@ -120,7 +126,7 @@ class Bus:
             try:
                 # With unlimited reconnects nats-py's first connect() retries forever on its own;
                 # bound each attempt so this loop decides (and logs) when to retry or give up.
-                await asyncio.wait_for(
+                connecting = asyncio.ensure_future(
                     nc.connect(
                         name=name,
                         connect_timeout=settings.nats_connect_timeout_s,
@@ -130,13 +136,28 @@ class Bus:
                         reconnected_cb=on_reconnect,
                         error_cb=on_error,
                         **opts,
-                    ),
-                    timeout=_attempt_timeout(settings.nats_connect_timeout_s + 1.0, deadline, loop.time()),
+                    )
                 )
+                refused = asyncio.ensure_future(auth_failed.wait())
+                limit = _attempt_timeout(settings.nats_connect_timeout_s + 1.0, deadline, loop.time())
+                done, _ = await asyncio.wait(
+                    {connecting, refused}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
+                )
+                refused.cancel()
+                if connecting not in done:
+                    connecting.cancel()
+                    await asyncio.gather(connecting, return_exceptions=True)
+                    raise TimeoutError(str(last_error[0]) if last_error else "connect timed out")
+                connecting.result()
                 log.info("nats_connected", servers=opts["servers"])
                 return cls(nc, metrics)
             except (OSError, nats.errors.Error, TimeoutError) as exc:
                 await _abandon(nc)
+                if _is_auth_error(exc) or auth_failed.is_set():
+                    # Retrying with the same credentials cannot succeed: say so once and stop.
+                    raise ConnectionError(
+                        f"NATS at {settings.nats_url} refused our credentials: {exc}"
+                    ) from None
                 if (stop is not None and stop.is_set()) or (deadline is not None and loop.time() >= deadline):
                     raise ConnectionError(f"cannot connect to NATS at {settings.nats_url}: {exc}") from None
                 log.warning(
@@ -242,6 +263,11 @@ class Bus:
             pass
         if not self.nc.is_closed:
             await self.nc.close()
+
+
+def _is_auth_error(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__} {exc}".lower()
+    return "authorization" in text or "authentication" in text or "auth" in type(exc).__name__.lower()
 
 
 def _attempt_timeout(limit_s: float, deadline: float | None, now: float) -> float:

@@ -37,9 +37,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-def wait_for_port(host: str, port: int, timeout_s: float) -> bool:
+def wait_for_port(
+    host: str, port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None
+) -> bool:
+    """True once ``host:port`` accepts connections; False on timeout or when ``proc`` has exited."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
         try:
             with socket.create_connection((host, port), timeout=0.2):
                 return True
@@ -65,6 +70,7 @@ class NatsServer:
             self._tmp = tempfile.TemporaryDirectory(prefix="planner-nats-")
             store_dir = self._tmp.name
         self.store_dir = Path(store_dir)
+        self.store_dir.mkdir(parents=True, exist_ok=True)
         self.jetstream = jetstream
         self.extra_args = list(extra_args or [])
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
@@ -88,7 +94,7 @@ class NatsServer:
         self._proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        if not wait_for_port(self.host, self.port, timeout_s):
+        if not wait_for_port(self.host, self.port, timeout_s, self._proc):
             err = b""
             if self._proc.poll() is not None and self._proc.stderr is not None:
                 err = self._proc.stderr.read()

@@ -1,0 +1,148 @@
+"""Controllers the simulator can run: a fixed fleet, and the planner itself in-process.
+
+:class:`PlannerController` is the decider's loop without NATS: per-engine FPMs feed the online
+regression (one per component; the latest pass of each engine per tick, as the reference reads them),
+the frontend's traffic per interval feeds the forecaster, ComponentSnapshots are built from both, and
+``planner_core.policy.decide`` runs on them. Its absolute targets go to the simulated actuator.
+"""
+
+from __future__ import annotations
+
+from planner_core.engine import to_fpm
+from planner_core.forecast import ForecastConfig, LoadForecaster
+from planner_core.policy import CapacityModel, DecisionInputs, PolicyConfig, PolicyKind, PolicyState, decide
+from planner_core.policy.estimator import SnapshotEstimator
+from planner_core.regression import OnlineRegression, RegressionConfig
+from planner_proto.engine import Component
+from planner_proto.load import WorkerLoad
+from planner_proto.state import ComponentSnapshot
+from planner_proto.traffic import LoadForecast, TrafficSample
+from planner_sim.cluster import Cluster
+from planner_sim.workers import COMPONENTS, ClusterSettings, Worker, WorkerState
+
+NAMESPACE = "sim"
+
+
+class StaticController:
+    """A fixed fleet (static-peak, static-average)."""
+
+    def __init__(self, name: str, targets: dict[str, int], traffic_interval_s: float = 180.0) -> None:
+        self.name = name
+        self.targets = dict(targets)
+        self.traffic_interval_s = traffic_interval_s
+
+    def initial_targets(self) -> dict[str, int]:
+        return dict(self.targets)
+
+    def observe_traffic(self, sample: TrafficSample, now_s: float) -> None:
+        return None
+
+    def tick(self, now_s: float, cluster: Cluster) -> dict[str, int] | None:
+        return None
+
+
+def worker_load(w: Worker, now_s: float, num_gpu_blocks: int) -> WorkerLoad:
+    """What an engine's latest FPM (or its idle heartbeat) says about its load."""
+    started = 0.0 if w.initial else w.ready_s
+    draining = w.state is WorkerState.DRAINING
+    p = w.last_pass
+    s = w.sched
+    if p is None or not (w.busy or s.has_work or s.next_remote_ready_s is not None):
+        return WorkerLoad(worker_id=w.wid, last_seen_s=now_s, started_at_s=started, draining=draining)
+    return WorkerLoad(
+        worker_id=w.wid,
+        last_seen_s=now_s,
+        started_at_s=started,
+        running_requests=p.num_running,
+        waiting_requests=p.queued_num_prefill_requests + p.queued_num_decode_requests,
+        scheduled_prefill_tokens=p.sched_sum_prefill_tokens,
+        queued_prefill_tokens=p.queued_sum_prefill_tokens,
+        scheduled_decode_kv_tokens=p.sched_sum_decode_kv_tokens,
+        queued_decode_kv_tokens=p.queued_sum_decode_kv_tokens,
+        kv_usage=p.kv_blocks_used / num_gpu_blocks,
+        draining=draining,
+    )
+
+
+class PlannerController:
+    def __init__(
+        self,
+        name: str,
+        cfg: PolicyConfig,
+        settings: ClusterSettings,
+        initial: dict[str, int],
+        *,
+        capacity: CapacityModel | None = None,
+        forecast: ForecastConfig | None = None,
+        reference_regression: bool = False,
+    ) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.settings = settings
+        self.initial = dict(initial)
+        self.capacity = capacity
+        self.traffic_interval_s = cfg.throughput_interval_s
+        self.state = PolicyState()
+        self.estimator = SnapshotEstimator()
+        self.forecaster = LoadForecaster(forecast) if forecast is not None else None
+        self.forecast: LoadForecast | None = None
+        self.traffic: TrafficSample | None = None
+        needs_fit = cfg.policy is not PolicyKind.THRESHOLD
+        self.regressions: dict[str, OnlineRegression | None] = {}
+        for c in COMPONENTS:
+            comp = Component(c)
+            rc = RegressionConfig.reference(comp) if reference_regression else RegressionConfig(component=comp)
+            self.regressions[c] = OnlineRegression(rc) if needs_fit else None
+        self.decisions = 0
+
+    def initial_targets(self) -> dict[str, int]:
+        return dict(self.initial)
+
+    def observe_traffic(self, sample: TrafficSample, now_s: float) -> None:
+        self.traffic = sample
+        if self.forecaster is not None:
+            self.forecaster.observe(sample)
+            self.forecast = self.forecaster.forecast(namespace=NAMESPACE, now_s=now_s)
+
+    def snapshot(self, component: str, now_s: float, cluster: Cluster) -> ComponentSnapshot:
+        reg = self.regressions[component]
+        blocks = self.settings.num_gpu_blocks
+        loads = []
+        for w in cluster.workers[component]:
+            if w.state is WorkerState.STARTING:
+                continue
+            if reg is not None and w.last_pass is not None and w.passes != w.seen_passes:
+                reg.observe(to_fpm(w.last_pass, w.wid), now_s, None if w.initial else w.ready_s)
+            w.seen_passes = w.passes
+            loads.append(worker_load(w, now_s, blocks))
+        avg = reg.averages if reg is not None else None
+        return ComponentSnapshot(
+            namespace=NAMESPACE,
+            component=Component(component),
+            issued_at_s=now_s,
+            workers=loads,
+            model=reg.to_latency_model() if reg is not None else None,
+            capabilities=self.settings.capabilities(component),
+            avg_isl_tokens=avg.avg_isl_tokens if avg else None,
+            avg_decode_length_tokens=avg.avg_decode_length_tokens if avg else None,
+            avg_prefill_tokens_per_pass=avg.avg_prefill_tokens_per_pass if avg else None,
+            avg_num_decode_requests=avg.avg_num_decode_requests if avg else None,
+        )
+
+    def tick(self, now_s: float, cluster: Cluster) -> dict[str, int] | None:
+        replicas = {c: cluster.replicas(c) for c in COMPONENTS}
+        in_progress = frozenset(
+            c for c, r in replicas.items() if r.pending > 0 or r.ready != r.desired
+        )
+        inputs = DecisionInputs(
+            replicas=replicas,
+            forecast=self.forecast,
+            traffic=self.traffic,
+            snapshots={c: self.snapshot(c, now_s, cluster) for c in COMPONENTS},
+            in_progress=in_progress,
+            capacity=self.capacity,
+            estimator=self.estimator,
+        )
+        result, self.state = decide(inputs, self.state, self.cfg, now_s)
+        self.decisions += 1
+        return result.targets

@@ -1,0 +1,147 @@
+"""Hindsight oracle: the fewest prefill and decode workers per interval, and their GPU-hours.
+
+Choice: capacity comes from the *simulator's own* timing model (the one every policy is run against),
+not from the profile interpolation the throughput policy uses, so the oracle and the simulated fleet
+agree on what an engine can do. For each interval of the actual arrivals:
+
+- prefill: an engine computes at most ``max_T T / pass_time(T)`` prompt tokens per second (T = tokens
+  in one pass, at most ``max_num_batched_tokens``; no decode work on a prefill engine). The interval's
+  prompt tokens divided by that rate is the fractional need;
+- decode: an engine meets the ITL target only with passes no longer than the target, so it holds at
+  most ``n*`` requests, the largest n (<= max_num_seqs, <= KV capacity / context) whose pass time
+  ``pass_time(n, n * context)`` is within the ITL target, and emits at most ``n* / pass_time(n*)``
+  tokens per second. Context = the token-weighted ISL + OSL/2 of the interval's requests (pass time is
+  linear in KV tokens, so this weighting is exact for the KV term). Output tokens / rate = need.
+
+Workers = max(min_replicas, ceil(need)), scaled instantly at interval boundaries, no startup, no
+drain. Why it is a lower bound: the rates are upper bounds on what one engine can sustain while
+meeting the SLA (100 % busy, perfect batching, no queueing delay in the TTFT budget, no imbalance
+between engines), so any fleet with fewer workers in an interval falls behind the arrivals of that
+interval and misses the SLA for some of them. Caveats, both small at 60 s intervals: work is counted
+in the interval its request arrives (a request started late in one interval decodes in the next), and
+ITL is bounded by the pass time rather than the per-request mean the SLA checks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from planner_sim.traces import TraceRequest
+from planner_sim.workers import ClusterSettings
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def prefill_rate_tok_per_s(settings: ClusterSettings) -> float:
+    """Largest prompt-token throughput of one prefill engine (tokens/s)."""
+    t = settings.timing
+    best = 0.0
+    for tokens in np.unique(np.linspace(1, settings.max_num_batched_tokens, 512).astype(int)):
+        d = t.pass_time_s(int(tokens), 0, 0, 0)
+        if d > 0:
+            best = max(best, tokens / d)
+    return best
+
+
+def decode_rate_tok_per_s(settings: ClusterSettings, itl_target_ms: float, context_tokens: float) -> float:
+    """Largest output-token throughput of one decode engine whose passes meet the ITL target."""
+    t = settings.timing
+    kv_cap = settings.num_gpu_blocks * settings.block_size
+    ctx = max(context_tokens, 1.0)
+    n_max = max(1, min(settings.max_num_seqs, int(kv_cap // ctx)))
+    target_s = itl_target_ms / 1e3
+    lo, hi = 1, n_max  # pass time grows with n: binary search the largest n within the target
+    if t.pass_time_s(0, 0, 1, int(ctx)) > target_s:
+        return 1.0 / t.pass_time_s(0, 0, 1, int(ctx))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if t.pass_time_s(0, 0, mid, int(mid * ctx)) <= target_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo / t.pass_time_s(0, 0, lo, int(lo * ctx))
+
+
+@dataclass(frozen=True, kw_only=True)
+class OracleResult:
+    interval_s: float
+    horizon_s: float
+    prefill_need: FloatArray
+    decode_need: FloatArray
+    prefill: IntArray
+    decode: IntArray
+    gpus_per_prefill: int
+    gpus_per_decode: int
+
+    @property
+    def widths_s(self) -> FloatArray:
+        starts = np.arange(len(self.prefill)) * self.interval_s
+        w: FloatArray = np.clip(self.horizon_s - starts, 0.0, self.interval_s)
+        return w
+
+    @property
+    def gpu_hours(self) -> float:
+        gpus = self.prefill * self.gpus_per_prefill + self.decode * self.gpus_per_decode
+        return float((gpus * self.widths_s).sum() / 3600.0)
+
+    @property
+    def peak_gpu_need(self) -> float:
+        """Largest fractional GPU need of an interval (for rate scaling)."""
+        g = self.prefill_need * self.gpus_per_prefill + self.decode_need * self.gpus_per_decode
+        return float(g.max()) if g.size else 0.0
+
+    def static_peak(self) -> dict[str, int]:
+        return {"prefill": int(self.prefill.max()), "decode": int(self.decode.max())}
+
+    def static_average(self, min_replicas: int = 1) -> dict[str, int]:
+        w = self.widths_s
+        total = max(float(w.sum()), 1e-9)
+        p = float((self.prefill_need * w).sum() / total)
+        d = float((self.decode_need * w).sum() / total)
+        return {"prefill": max(min_replicas, math.ceil(p)), "decode": max(min_replicas, math.ceil(d))}
+
+
+def oracle(
+    trace: Sequence[TraceRequest],
+    settings: ClusterSettings,
+    itl_target_ms: float,
+    *,
+    interval_s: float = 60.0,
+    horizon_s: float | None = None,
+    min_replicas: int = 1,
+) -> OracleResult:
+    if interval_s <= 0:
+        raise ValueError(f"interval_s: must be > 0, got {interval_s}")
+    horizon = horizon_s if horizon_s is not None else (trace[-1].arrival_s if trace else 0.0)
+    n_bins = max(1, math.ceil(max(horizon, 1e-9) / interval_s))
+    t = np.array([r.arrival_s for r in trace], dtype=np.float64)
+    isl = np.array([r.input_tokens for r in trace], dtype=np.float64)
+    osl = np.array([r.output_tokens for r in trace], dtype=np.float64)
+    idx = np.minimum((t // interval_s).astype(np.int64), n_bins - 1)
+    prompt = np.bincount(idx, weights=isl, minlength=n_bins)
+    out_tok = np.bincount(idx, weights=osl, minlength=n_bins)
+    ctx_w = np.bincount(idx, weights=osl * (isl + osl / 2.0), minlength=n_bins)
+    p_rate = prefill_rate_tok_per_s(settings)
+    p_need = prompt / interval_s / p_rate / settings.gpus_per_prefill
+    d_need = np.zeros(n_bins)
+    for i in range(n_bins):
+        if out_tok[i] > 0:
+            rate = decode_rate_tok_per_s(settings, itl_target_ms, ctx_w[i] / out_tok[i])
+            d_need[i] = out_tok[i] / interval_s / rate / settings.gpus_per_decode
+    floor = max(min_replicas, 0)
+    return OracleResult(
+        interval_s=interval_s,
+        horizon_s=horizon,
+        prefill_need=p_need,
+        decode_need=d_need,
+        prefill=np.maximum(np.ceil(p_need - 1e-9), floor).astype(np.int64),
+        decode=np.maximum(np.ceil(d_need - 1e-9), floor).astype(np.int64),
+        gpus_per_prefill=settings.gpus_per_prefill,
+        gpus_per_decode=settings.gpus_per_decode,
+    )

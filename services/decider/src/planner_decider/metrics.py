@@ -1,0 +1,100 @@
+"""The decider's Prometheus metrics (base units), fed from a tick's inputs and outcome."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from planner_proto import ComponentReplicas, ComponentSnapshot, LoadForecast, Reason
+
+
+def mean_ms(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(vals) / len(vals) if vals else None
+
+
+def estimated_ttft_ms(snap: ComponentSnapshot) -> float | None:
+    return mean_ms(w.est_ttft_ms for w in snap.workers if not w.draining)
+
+
+def estimated_itl_ms(snaps: Iterable[ComponentSnapshot]) -> float | None:
+    return mean_ms(
+        w.est_itl_ms for s in snaps if s.component != "prefill" for w in s.workers if not w.draining
+    )
+
+
+class DeciderMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.desired = Gauge(
+            "planner_desired_replicas", "Replicas the policy wants", ["component"], registry=r
+        )
+        self.observed = Gauge(
+            "planner_observed_replicas",
+            "Replicas reported by the actuators",
+            ["component", "state"],
+            registry=r,
+        )
+        self.predicted_requests = Gauge(
+            "planner_predicted_requests", "Forecast requests in the next interval", registry=r
+        )
+        self.predicted_isl = Gauge("planner_predicted_isl_tokens", "Forecast mean input length", registry=r)
+        self.predicted_osl = Gauge("planner_predicted_osl_tokens", "Forecast mean output length", registry=r)
+        self.est_ttft = Gauge(
+            "planner_estimated_ttft_seconds",
+            "Mean estimated next TTFT of the engines",
+            ["component"],
+            registry=r,
+        )
+        self.est_itl = Gauge(
+            "planner_estimated_itl_seconds", "Mean estimated next ITL of the engines", registry=r
+        )
+        self.decisions = Counter(
+            "planner_decisions",
+            "Published decisions per component and reason",
+            ["component", "reason"],
+            registry=r,
+        )
+        self.gpu_hours = Counter("planner_gpu_hours", "GPU-hours held by ready replicas", registry=r)
+        self.ack_timeouts = Counter(
+            "planner_ack_timeouts", "Waits for a completed ack that timed out", registry=r
+        )
+        self.acks = Counter("planner_acks", "Acks received", ["status"], registry=r)
+        self.ack_failures = Counter("planner_ack_failures", "Acks with status failed", registry=r)
+        self.id_conflicts = Counter(
+            "planner_decision_id_conflicts", "Lost compare-and-sets on the decision id", registry=r
+        )
+        self.decision_id = Gauge("planner_decision_id", "Newest decision_id issued", registry=r)
+
+    def observe_replicas(self, replicas: Mapping[str, ComponentReplicas]) -> None:
+        for c, r in replicas.items():
+            self.observed.labels(c, "ready").set(r.ready)
+            self.observed.labels(c, "pending").set(r.pending)
+            self.observed.labels(c, "draining").set(r.draining)
+
+    def observe_forecast(self, fc: LoadForecast | None) -> None:
+        if fc is None:
+            return
+        for gauge, v in (
+            (self.predicted_requests, fc.num_requests),
+            (self.predicted_isl, fc.mean_isl_tokens),
+            (self.predicted_osl, fc.mean_osl_tokens),
+        ):
+            if v is not None:
+                gauge.set(v)
+
+    def observe_latency(self, snaps: Mapping[str, ComponentSnapshot]) -> None:
+        for c, s in snaps.items():
+            ttft = estimated_ttft_ms(s)
+            if ttft is not None and c != "decode":
+                self.est_ttft.labels(c).set(ttft / 1000.0)
+        itl = estimated_itl_ms(snaps.values())
+        if itl is not None:
+            self.est_itl.set(itl / 1000.0)
+
+    def observe_decision(self, decision_id: int, reasons: Mapping[str, Reason]) -> None:
+        self.decision_id.set(decision_id)
+        for c, reason in reasons.items():
+            self.decisions.labels(c, str(reason)).inc()

@@ -1,0 +1,279 @@
+"""The decider service: the latest inputs in, ``decide`` every tick, ScalingDecisions out (JetStream).
+
+The maths is in ``planner_core.policy``; the bookkeeping (ack waits, holds, timeouts) in
+:mod:`planner_decider.book` and :mod:`planner_decider.tick`, all pure. This shell reads the clock once
+per tick, reserves decision ids in KV, publishes, and keeps metrics and the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from nats.js.errors import NotFoundError
+
+from planner_core.policy import PolicyKind, PolicyState
+from planner_core.policy.estimator import SnapshotEstimator
+from planner_core.profile import ProfileError
+from planner_decider.book import IssueBook, on_ack, record, seeded
+from planner_decider.capacity import default_profile_dir, load_capacity
+from planner_decider.ids import DecisionIdConflict, DecisionIds
+from planner_decider.inputs import LatestInputs, managed_replicas
+from planner_decider.metrics import DeciderMetrics, estimated_itl_ms, estimated_ttft_ms
+from planner_decider.report import DecisionRow, History, TickPoint, render_html, write_atomic
+from planner_decider.settings import DeciderSettings
+from planner_decider.tick import TickOptions, TickOutcome, tick
+from planner_proto import (
+    ComponentSnapshot,
+    DecodeError,
+    LoadForecast,
+    ReplicaStatus,
+    ScalingAck,
+    ScalingDecision,
+    TrafficSample,
+    decode,
+)
+from planner_proto.subjects import STATE_BUCKET
+from planner_runtime.service import Service
+
+_MAX_GPU_GAP_S = 120.0
+"""Longer gaps between ticks (a stalled process) are not integrated into GPU-hours."""
+
+
+class DeciderService(Service[DeciderSettings]):
+    name = "decider"
+    settings_type = DeciderSettings
+
+    def __init__(self, settings: DeciderSettings) -> None:
+        super().__init__(settings)
+        self.cfg = settings.policy_config()
+        self.metrics = DeciderMetrics(self.registry)
+        self.latest = LatestInputs()
+        self.book = IssueBook()
+        self.policy_state = PolicyState()
+        self.history = History(settings.history_points)
+        self.opts = TickOptions(
+            components=tuple(settings.components),
+            ack_timeout_s=settings.ack_timeout_s,
+            snapshot_max_age_s=settings.snapshot_max_age_s,
+            replicas_max_age_s=settings.replicas_max_age_s,
+            estimator=SnapshotEstimator(),
+        )
+        self.ids: DecisionIds | None = None
+        self._lock = asyncio.Lock()
+        self._gpu_at_s: float | None = None
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    async def setup(self) -> None:
+        self._load_profile()
+        s = self.subjects
+        await self.bus.ensure_stream(s.decision_stream(), [s.decision()])
+        kv = await self.bus.kv(STATE_BUCKET)
+        self.ids = DecisionIds(kv, s.state_key("decider", "decision_id"))
+        await self.ids.load()
+        last = await self._last_published()
+        if last is not None:
+            self.ids.at_least(last.decision_id)
+            self.book = seeded(self.book, last.targets, last.decision_id)
+        self.metrics.decision_id.set(self.ids.value)
+        self.log.info("decision_id_loaded", decision_id=self.ids.value, last_on_stream=last is not None)
+
+        await self.bus.subscribe(s.state(), ComponentSnapshot, self._on_snapshot)
+        await self.bus.subscribe(s.forecast(), LoadForecast, self._on_forecast)
+        await self.bus.subscribe(s.traffic(), TrafficSample, self._on_traffic)
+        await self.bus.subscribe(s.replicas(), ReplicaStatus, self._on_replicas)
+        await self.bus.subscribe(s.ack(), ScalingAck, self._on_ack)
+        self.every(self.settings.tick_s(), self._tick, "decide")
+        if self.settings.report_path:
+            self.every(self.settings.report_interval_s, self._write_report, "report")
+
+    async def drain(self) -> None:
+        async with self._lock:  # a tick that is publishing finishes first
+            pass
+
+    async def cleanup(self) -> None:
+        if self.settings.report_path:
+            await self._write_report()
+
+    def health_detail(self) -> dict[str, object]:
+        return {
+            "decision_id": self.ids.value if self.ids is not None else None,
+            "in_progress": sorted(self.book.in_progress),
+            "last_issued": dict(self.book.last_issued),
+        }
+
+    def _load_profile(self) -> None:
+        if self.cfg.policy not in (PolicyKind.THROUGHPUT, PolicyKind.COMBINED):
+            return
+        folder = Path(self.settings.profile_dir) if self.settings.profile_dir else default_profile_dir()
+        if folder is None:
+            self.log.warning("no_profile", detail="throughput mode has no profile: set profile_dir")
+            return
+        try:
+            capacity = load_capacity(folder)
+        except (OSError, ProfileError) as exc:
+            self.log.error("profile_unusable", profile_dir=str(folder), error=str(exc))
+            return
+        self.opts = dataclasses.replace(self.opts, capacity=capacity)
+        self.log.info("profile_loaded", profile_dir=str(folder))
+
+    async def _last_published(self) -> ScalingDecision | None:
+        s = self.subjects
+        try:
+            raw = await self.bus.js.get_last_msg(s.decision_stream(), s.decision())
+        except NotFoundError:
+            return None
+        try:
+            return decode(raw.data or b"", ScalingDecision)
+        except DecodeError as exc:
+            self.bus.count_bad(s.decision(), exc.reason)
+            return None
+
+    # ---- inputs -------------------------------------------------------------------------------
+    async def _on_snapshot(self, snap: ComponentSnapshot, subject: str) -> None:
+        self.latest = self.latest.with_snapshot(snap, time.time())
+
+    async def _on_forecast(self, fc: LoadForecast, subject: str) -> None:
+        self.latest = self.latest.with_forecast(fc, time.time())
+
+    async def _on_traffic(self, sample: TrafficSample, subject: str) -> None:
+        self.latest = self.latest.with_traffic(sample, time.time())
+
+    async def _on_replicas(self, status: ReplicaStatus, subject: str) -> None:
+        self.latest = self.latest.with_replicas(status, time.time())
+
+    async def _on_ack(self, ack: ScalingAck, subject: str) -> None:
+        self.metrics.acks.labels(str(ack.status)).inc()
+        if ack.status == "failed":
+            self.metrics.ack_failures.inc()
+            self.log.warning(
+                "ack_failed", decision_id=ack.decision_id, actuator=ack.actuator_id, message=ack.message
+            )
+        async with self._lock:
+            self.book, released = on_ack(self.book, ack)
+        self.log.info(
+            "ack",
+            decision_id=ack.decision_id,
+            status=str(ack.status),
+            actuator=ack.actuator_id,
+            ready=dict(ack.ready),
+            released=released,
+        )
+
+    # ---- the tick -----------------------------------------------------------------------------
+    async def _tick(self) -> None:
+        now_s = time.time()
+        async with self._lock:
+            self._integrate_gpu_hours(now_s)
+            self.book, self.policy_state, out = tick(
+                self.book, self.policy_state, self.latest, self.cfg, self.opts, now_s
+            )
+            for c in out.timed_out:
+                self.metrics.ack_timeouts.inc()
+                self.log.warning("ack_timeout", component=c, timeout_s=self.settings.ack_timeout_s)
+            self._observe(out, now_s)
+            if out.publish:
+                await self._publish(out, now_s)
+
+    async def _publish(self, out: TickOutcome, now_s: float) -> None:
+        assert out.plan is not None and out.result is not None and self.ids is not None
+        plan, result = out.plan, out.result
+        try:
+            decision_id = await self.ids.next()
+        except DecisionIdConflict as exc:
+            self.metrics.id_conflicts.inc(self.ids.max_attempts)
+            self.log.error("decision_id_conflict", error=str(exc))
+            return
+        diagnostics: dict[str, Any] = dict(result.diagnostics)
+        diagnostics["desired"] = dict(result.desired)
+        if plan.held:
+            diagnostics["held"] = sorted(plan.held)
+        if plan.policy_reasons:
+            diagnostics["policy_reasons"] = {c: str(r) for c, r in plan.policy_reasons.items()}
+        decision = ScalingDecision(
+            decision_id=decision_id,
+            issued_at_s=now_s,
+            namespace=self.settings.namespace,
+            targets=plan.targets,
+            previous=plan.previous,
+            reasons=plan.reasons,
+            advisory=self.settings.advisory,
+            diagnostics=diagnostics,
+            policy=result.policy,
+        )
+        await self.bus.js_publish(self.subjects.decision(), decision)
+        self.book = record(self.book, plan, decision_id, now_s, wait=not self.settings.advisory)
+        self.metrics.observe_decision(decision_id, {c: plan.reasons[c] for c in plan.changed})
+        self.history.add_decision(
+            DecisionRow(
+                decision_id=decision_id,
+                at_s=now_s,
+                targets=plan.targets,
+                previous=plan.previous,
+                reasons={c: str(r) for c, r in plan.reasons.items()},
+                advisory=self.settings.advisory,
+                note=f"held: {', '.join(sorted(plan.held))}" if plan.held else "",
+            )
+        )
+        self.log.info(
+            "decision",
+            decision_id=decision_id,
+            targets=plan.targets,
+            previous=plan.previous,
+            reasons={c: str(r) for c, r in plan.reasons.items()},
+            advisory=self.settings.advisory,
+        )
+
+    def _observe(self, out: TickOutcome, now_s: float) -> None:
+        status = self.latest.fresh_replicas(now_s, self.settings.replicas_max_age_s)
+        replicas = managed_replicas(status, self.settings.components) or {}
+        fc = self.latest.fresh_forecast(now_s)
+        traffic = self.latest.fresh_traffic(now_s)
+        snaps = self.latest.fresh_snapshots(now_s, self.settings.snapshot_max_age_s)
+        self.metrics.observe_replicas(replicas)
+        self.metrics.observe_forecast(fc)
+        self.metrics.observe_latency(snaps)
+        desired = dict(out.result.desired) if out.result is not None else {}
+        for c, n in desired.items():
+            self.metrics.desired.labels(c).set(n)
+        ttft = {c: v for c, s in snaps.items() if c != "decode" and (v := estimated_ttft_ms(s)) is not None}
+        self.history.add_tick(
+            TickPoint(
+                at_s=now_s,
+                forecast_requests=fc.num_requests if fc is not None else None,
+                observed_requests=traffic.num_requests if traffic is not None else None,
+                desired=desired,
+                ready={c: r.ready for c, r in replicas.items()},
+                est_ttft_ms=ttft,
+                est_itl_ms=estimated_itl_ms(snaps.values()),
+            )
+        )
+
+    def _integrate_gpu_hours(self, now_s: float) -> None:
+        last, self._gpu_at_s = self._gpu_at_s, now_s
+        status = self.latest.fresh_replicas(now_s, self.settings.replicas_max_age_s)
+        if last is None or status is None or not 0.0 < now_s - last <= _MAX_GPU_GAP_S:
+            return
+        replicas = managed_replicas(status, self.settings.components) or {}
+        gpus = sum(r.ready * self.cfg.gpus_per(c) for c, r in replicas.items())
+        self.metrics.gpu_hours.inc(gpus * (now_s - last) / 3600.0)
+
+    async def _write_report(self) -> None:
+        text = render_html(
+            self.history,
+            f"Planner decider report ({self.settings.namespace})",
+            self.cfg.ttft_target_ms,
+            self.cfg.itl_target_ms,
+            time.time(),
+        )
+        path = Path(self.settings.report_path)
+        try:
+            await asyncio.to_thread(write_atomic, path, text)
+        except OSError as exc:
+            self.log.warning("report_write_failed", path=str(path), error=str(exc))
+
+
+SERVICE = DeciderService

@@ -1,0 +1,36 @@
+"""Real-time pacing of simulated passes (pure: wall times in, wall times out).
+
+The engine keeps a virtual wall clock ``at_s``: where it would be if the process were infinitely fast.
+A pass of modelled duration d ends at ``at_s + d / compression``; when the process is late it does not
+sleep, and the lateness is the engine's real-time lag. After an idle period the clock restarts from
+now; when the lag passes ``max_lag_s`` the engine gives up catching up (and counts it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Pacer:
+    compression: float
+    max_lag_s: float
+    at_s: float = 0.0
+    lag_s: float = 0.0
+    resets: int = 0
+
+    def start_busy(self, now_s: float) -> None:
+        """Coming out of idle: passes start now."""
+        self.at_s = max(self.at_s, now_s)
+
+    def pass_end(self, now_s: float, duration_s: float) -> float:
+        """Wall time at which a pass of modelled ``duration_s`` starting now should end."""
+        self.at_s += duration_s / self.compression
+        self.lag_s = max(0.0, now_s - self.at_s)
+        if self.lag_s > self.max_lag_s:
+            self.resets += 1
+            self.at_s = now_s
+        return self.at_s
+
+    def engine_time_s(self, wall_s: float, t0_s: float) -> float:
+        """Uncompressed engine time of a wall time, from the engine's start ``t0_s``."""
+        return (wall_s - t0_s) * self.compression

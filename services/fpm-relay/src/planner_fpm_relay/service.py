@@ -1,0 +1,319 @@
+"""The fpm-relay service: follows the engine registry, relays each owned engine's FPM stream from
+ZMQ to NATS unchanged, scrapes engines without FPM, and shares the engines with other relays.
+
+Tasks: one reader per ZMQ socket (:mod:`zmqsub`) feeding one publisher (:mod:`publisher`) through a
+queue; a watch of ``planner_engines`` and of the relay membership (:mod:`kvmirror`); a reconcile
+loop that turns "engines known" and "members alive" into sockets opened and closed (:mod:`sharding`
+decides, :mod:`membership` holds the claims); a heartbeat; a scrape tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import socket
+import time
+
+import zmq.asyncio
+
+from planner_fpm_relay.kvmirror import KvMirror
+from planner_fpm_relay.membership import Membership
+from planner_fpm_relay.metrics import RelayMetrics
+from planner_fpm_relay.publisher import Publisher
+from planner_fpm_relay.scrape.adapters import ScrapeError, read_load
+from planner_fpm_relay.scrape.http import http_get
+from planner_fpm_relay.settings import FpmRelaySettings
+from planner_fpm_relay.sharding import owned, plan
+from planner_fpm_relay.targets import EngineTarget, TargetError, parse_static_engines, target_from_info
+from planner_fpm_relay.zmqsub import Batch, EngineSubscription
+from planner_proto import DecodeError, EngineInfo, WorkerLoadSample, decode
+from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
+from planner_runtime.service import Service
+
+
+def default_relay_id() -> str:
+    return re.sub(r"[^A-Za-z0-9_\-]", "-", f"{socket.gethostname()}-{os.getpid()}")[:128]
+
+
+class FpmRelayService(Service[FpmRelaySettings]):
+    name = "fpm-relay"
+    settings_type = FpmRelaySettings
+
+    def __init__(self, settings: FpmRelaySettings) -> None:
+        super().__init__(settings)
+        self.relay_id = settings.relay_id or default_relay_id()
+        self.metrics = RelayMetrics(self.registry)
+        self.static = parse_static_engines(settings.static_engines)
+        self.subs: dict[str, EngineSubscription] = {}
+        self.scrapes: dict[str, EngineTarget] = {}
+        self.membership: Membership | None = None
+        self.engines: KvMirror | None = None
+        self._decoded: dict[str, tuple[int, EngineTarget | None]] = {}
+        self._failed: set[str] = set()
+        self._dirty = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._ctx: zmq.asyncio.Context | None = None
+        self._queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=settings.queue_batches)
+        self._publisher: Publisher | None = None
+
+    # ---- setup ----------------------------------------------------------------------------------
+    async def setup(self) -> None:
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        self._ctx = zmq.asyncio.Context()
+        if s.sharding:
+            kv = await self.bus.kv(s.relay_bucket, ttl_s=s.relay_ttl_s)
+            self.membership = Membership(
+                kv, s.namespace, self.relay_id, s.relay_ttl_s, s.relay_heartbeat_s, self._dirty.set, loop.time
+            )
+            await self.membership.heartbeat()
+            self.spawn(self.membership.mirror.run(), "members-watch")
+            try:
+                await asyncio.wait_for(self.membership.mirror.synced.wait(), timeout=5.0)
+            except TimeoutError:
+                self.log.warning("members_not_synced", timeout_s=5.0)
+            self.every(s.relay_heartbeat_s, self._heartbeat, "heartbeat")
+        self._publisher = Publisher(
+            self.bus.nc,
+            self._queue,
+            self.metrics,
+            s.validate,
+            self.bus.count_bad,
+            self._on_socket_error,
+            self.membership.lease_ok if self.membership is not None else None,
+        )
+        self.spawn(self._publisher.run(), "publisher")
+        if s.watch_engines:
+            kv = await self.bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
+            self.engines = KvMirror(kv, f"{s.namespace}.>", s.engines_resync_s, self._dirty.set, "engines")
+            self.spawn(self.engines.run(), "engines-watch")
+        self._dirty.set()
+        self.spawn(self._reconcile_loop(), "reconcile")
+        self.every(s.scrape_interval_s, self._scrape_all, "scrape")
+        self.log.info("relay_ready", relay_id=self.relay_id, static_engines=len(self.static))
+
+    # ---- what exists, what is mine --------------------------------------------------------------
+    def _targets(self) -> dict[str, EngineTarget]:
+        out: dict[str, EngineTarget] = {}
+        if self.engines is not None:
+            fresh: dict[str, tuple[int, EngineTarget | None]] = {}
+            for kv_key, entry in self.engines.entries.items():
+                cached = self._decoded.get(kv_key)
+                if cached is None or cached[0] != entry.revision:
+                    cached = (entry.revision, self._decode_entry(kv_key, entry.value))
+                fresh[kv_key] = cached
+                if cached[1] is not None:
+                    out[cached[1].key] = cached[1]
+            self._decoded = fresh
+        out.update(self.static)
+        return out
+
+    def _decode_entry(self, kv_key: str, value: bytes) -> EngineTarget | None:
+        try:
+            info = decode(value, EngineInfo)
+            target = target_from_info(info)
+        except DecodeError as exc:
+            self.metrics.bad_engines.labels(exc.reason).inc()
+            self.log.warning("bad_engine_entry", key=kv_key, reason=exc.reason, detail=exc.detail[:200])
+            return None
+        except TargetError as exc:
+            self.metrics.bad_engines.labels("unservable").inc()
+            self.log.info("engine_not_served", key=kv_key, detail=str(exc))
+            return None
+        if kv_key != f"{self.settings.namespace}.{target.key}":
+            self.metrics.bad_engines.labels("key_mismatch").inc()
+            self.log.warning("engine_key_mismatch", key=kv_key, engine=target.key)
+            return None
+        return target
+
+    def _active(self) -> dict[str, EngineTarget]:
+        active = {k: sub.target for k, sub in self.subs.items()}
+        active.update(self.scrapes)
+        return active
+
+    # ---- reconcile ------------------------------------------------------------------------------
+    async def _reconcile_loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                await asyncio.wait_for(self._dirty.wait(), timeout=self.settings.reconcile_s)
+            except TimeoutError:
+                pass
+            self._dirty.clear()
+            if self.stopping.is_set():
+                return
+            try:
+                await self._reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.log.exception("reconcile_error")
+                await asyncio.sleep(self.settings.reconcile_s)
+
+    async def _reconcile(self) -> None:
+        async with self._lock:
+            targets = self._targets()
+            ms = self.membership
+            if ms is not None:
+                members = ms.members()
+                self.metrics.members.set(len(members))
+                mine = owned(targets, members, self.relay_id)
+            else:
+                mine = set(targets)
+            desired = {k: targets[k] for k in mine}
+            active = self._active()
+            now = asyncio.get_running_loop().time()
+            broken = {k for k in active if k in self._failed or (ms is not None and not ms.lease_ok(k, now))}
+            p = plan(desired, {k: t for k, t in active.items() if k not in broken})
+            for key in (*p.close, *broken):
+                await self._stop(key)
+                if ms is not None and key not in desired:
+                    await ms.release(key)
+            for key in p.reopen:
+                await self._stop(key)
+                self._start(desired[key])
+            to_open = [k for k in (*p.open, *(b for b in broken if b in desired)) if k not in self._active()]
+            if ms is not None:
+                won = await asyncio.gather(*(self._claim(k) for k in to_open))
+                to_open = [k for k, ok in zip(to_open, won, strict=True) if ok]
+            for key in to_open:
+                self._start(desired[key])
+            self._failed.clear()
+            self._update_gauges()
+
+    async def _claim(self, key: str) -> bool:
+        assert self.membership is not None
+        if self.membership.lease_ok(key, asyncio.get_running_loop().time()):
+            return True
+        try:
+            return await self.membership.claim(key)
+        except Exception as exc:
+            self.log.warning("claim_failed", engine=key, error=repr(exc))
+            return False
+
+    def _start(self, target: EngineTarget) -> None:
+        if target.is_fpm:
+            assert self._ctx is not None
+            subject = self.subjects.fpm(target.component, target.worker_id)
+            self.subs[target.key] = EngineSubscription(
+                self._ctx, target, subject, self._queue, self.settings.zmq_rcvhwm, self.settings.max_batch
+            )
+            self.log.info("engine_subscribed", engine=target.key, endpoint=target.zmq_endpoint)
+        elif target.is_scrape:
+            self.scrapes[target.key] = target
+            self.log.info(
+                "engine_scraped", engine=target.key, url=target.metrics_url, kind=target.engine_kind
+            )
+
+    async def _stop(self, key: str) -> None:
+        sub = self.subs.pop(key, None)
+        if sub is not None:
+            await sub.close()
+            try:
+                self.metrics.last_seen.remove(sub.target.component, sub.target.worker_id)
+            except KeyError:
+                pass
+            self.log.info("engine_unsubscribed", engine=key)
+        if self.scrapes.pop(key, None) is not None:
+            self.log.info("engine_unscraped", engine=key)
+
+    def _update_gauges(self) -> None:
+        self.metrics.subscribed.set(len(self.subs))
+        self.metrics.scraped.set(len(self.scrapes))
+        if self.membership is not None:
+            self.metrics.claims.set(len(self.membership.leases))
+
+    def _on_socket_error(self, sub: EngineSubscription, exc: BaseException) -> None:
+        self.metrics.socket_errors.labels(sub.target.component, sub.target.worker_id).inc()
+        self.log.warning("engine_socket_error", engine=sub.target.key, error=repr(exc))
+        self._failed.add(sub.target.key)
+        self._dirty.set()
+
+    async def _heartbeat(self) -> None:
+        ms = self.membership
+        assert ms is not None
+        try:
+            await ms.heartbeat()
+        finally:
+            lost = await ms.renew()
+            if lost:
+                async with self._lock:
+                    for key in lost:
+                        self.log.warning("claim_lost", engine=key)
+                        await self._stop(key)
+                    self._update_gauges()
+                self._dirty.set()
+
+    # ---- scrape adapters ------------------------------------------------------------------------
+    async def _scrape_all(self) -> None:
+        targets = list(self.scrapes.values())
+        if targets:
+            await asyncio.gather(*(self._scrape(t) for t in targets))
+
+    async def _scrape(self, target: EngineTarget) -> None:
+        s = self.settings
+        labels = (target.component, target.worker_id)
+        try:
+            text = await http_get(target.metrics_url, s.scrape_timeout_s, s.scrape_max_bytes)
+            reading = read_load(target.engine_kind, text)
+        except ScrapeError as exc:
+            self.metrics.scrapes.labels(*labels, exc.reason).inc()
+            self.log.warning("scrape_failed", engine=target.key, reason=exc.reason, detail=exc.detail[:200])
+            return
+        ms = self.membership
+        if target.key not in self.scrapes or (
+            ms is not None and not ms.lease_ok(target.key, asyncio.get_running_loop().time())
+        ):
+            return
+        sample = WorkerLoadSample(
+            worker_id=target.worker_id,
+            engine_kind=target.engine_kind,
+            observed_at_s=time.time(),
+            max_kv_tokens=target.max_kv_tokens,
+            **{f: getattr(reading, f) for f in _READING_FIELDS},
+        )
+        await self.bus.publish(self.subjects.load(target.component, target.worker_id), sample)
+        self.metrics.scrapes.labels(*labels, "ok" if not reading.missing else "partial").inc()
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    def health_detail(self) -> dict[str, object]:
+        detail: dict[str, object] = {
+            "relay_id": self.relay_id,
+            "engines_subscribed": len(self.subs),
+            "engines_scraped": len(self.scrapes),
+        }
+        if self.membership is not None:
+            detail["members"] = self.membership.members()
+            detail["claims"] = len(self.membership.leases)
+        return detail
+
+    async def drain(self) -> None:
+        """Stop reading, publish what was already read, then hand the engines over at once."""
+        async with self._lock:
+            for sub in self.subs.values():
+                await sub.stop_reading()
+            await self._queue.join()  # batches already read are still published
+            for key in list(self.subs):
+                await self._stop(key)
+            self.scrapes.clear()
+            if self.membership is not None:
+                await self.membership.leave()
+        self.log.info("drained", relay_id=self.relay_id)
+
+    async def cleanup(self) -> None:
+        for key in list(self.subs):
+            await self._stop(key)
+        if self._ctx is not None:
+            self._ctx.destroy(linger=0)
+            self._ctx = None
+
+
+_READING_FIELDS = (
+    "running_requests",
+    "waiting_requests",
+    "kv_usage",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+)
+
+SERVICE = FpmRelayService

@@ -1,0 +1,58 @@
+"""Settings of the fpm-relay service (one frozen struct, validated once at start)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from planner_fpm_relay.targets import parse_static_engines
+from planner_runtime.settings import BaseSettings
+
+Seconds = Annotated[float, Meta(gt=0.0, le=3600.0)]
+
+
+class FpmRelaySettings(BaseSettings, frozen=True, kw_only=True):
+    """FPM relay: engine ForwardPassMetrics from ZMQ onto NATS, and scrape adapters for the rest."""
+
+    relay_id: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]*$", max_length=128)] = ""
+    """This replica's name in the membership bucket; empty picks ``<host>-<pid>``."""
+    static_engines: list[str] = msgspec.field(default_factory=list)
+    """Engines served without the registry: ``component:worker_id=tcp://host:port`` or
+    ``component:worker_id=<kind>+http://host:port/metrics`` (kind vllm, sglang, trtllm, llamacpp)."""
+    watch_engines: bool = True
+    """Follow the ``planner_engines`` KV bucket."""
+    engines_resync_s: Seconds = 2.0
+    """Re-list the engine registry this often (catches keys that expired without a marker)."""
+    validate: bool = True
+    """Decode every payload and drop (and count) the invalid ones; off relays any 3-frame message."""
+    sharding: bool = True
+    """Split engines with other relays (membership + per-engine claims in ``relay_bucket``)."""
+    relay_bucket: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$")] = "planner_relays"
+    relay_ttl_s: Annotated[float, Meta(ge=1.0, le=600.0)] = 6.0
+    """TTL of membership keys and engine claims: a dead relay's engines move after at most this."""
+    relay_heartbeat_s: Annotated[float, Meta(gt=0.0, le=300.0)] = 2.0
+    """Refresh of the membership key and of the claims held."""
+    reconcile_s: Seconds = 1.0
+    """Re-check ownership at least this often (also on every engine or membership change)."""
+    zmq_rcvhwm: Annotated[int, Meta(ge=0)] = 100_000
+    """ZMQ receive high-water mark per engine (0 = unlimited); beyond it the engine's PUB drops."""
+    max_batch: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024
+    """Messages drained from one socket per wake-up."""
+    queue_batches: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024
+    """Batches waiting between the socket readers and the publisher."""
+    scrape_interval_s: Seconds = 2.0
+    scrape_timeout_s: Seconds = 2.0
+    scrape_max_bytes: Annotated[int, Meta(ge=1024, le=256 * 1024 * 1024)] = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        parse_static_engines(self.static_engines)
+        if self.relay_heartbeat_s * 2 > self.relay_ttl_s:
+            raise ValueError(
+                f"relay_heartbeat_s ({self.relay_heartbeat_s}) must be at most half of relay_ttl_s"
+                f" ({self.relay_ttl_s}) so that a live relay never lets its keys expire"
+            )
+        if self.scrape_timeout_s > self.scrape_interval_s:
+            raise ValueError("scrape_timeout_s must not exceed scrape_interval_s")

@@ -1,0 +1,302 @@
+"""The regression service: FPM and load samples in, ComponentSnapshot out every tick.
+
+Hot path (per message): decode, then O(1) bookkeeping on the worker's track. Per tick and component:
+fit the newest passes within a budget, drop silent workers, estimate TTFT/ITL per worker, publish the
+snapshot. Models are saved to ``planner_state`` every ``persist_every_s`` and at shutdown, and loaded
+at start, so a restarted instance is ready at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import nats.errors
+from nats.js.kv import KeyValue
+from prometheus_client import Counter, Gauge
+
+from planner_core.regression import Admission, OnlineRegression
+from planner_proto import (
+    Component,
+    ComponentSnapshot,
+    DecodeError,
+    WorkerLoadSample,
+    decode_fpm,
+)
+from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S, STATE_BUCKET
+from planner_regression.engines import EngineRegistry
+from planner_regression.persist import load_model, save_model
+from planner_regression.settings import RegressionSettings
+from planner_regression.snapshot import build_snapshot
+from planner_regression.workers import WorkerTrack, new_track, take_pending, worker_key
+from planner_runtime.bus import Handler, RawHandler
+from planner_runtime.service import Service, run_service
+
+
+class ComponentState:
+    """Everything one component's fit and snapshot need, owned by the event loop (no locks)."""
+
+    def __init__(self, component: Component, model: OnlineRegression) -> None:
+        self.component = component
+        self.model = model
+        self.fpm_tracks: dict[str, WorkerTrack] = {}
+        self.load_tracks: dict[str, WorkerTrack] = {}
+        self.passes = 0
+        self.heartbeats = 0
+        self.load_samples = 0
+        self.bad = 0
+        self.skipped = 0
+        self.dirty = False
+        self.reported: dict[str, int] = {}
+
+
+class RegressionMetrics:
+    def __init__(self, svc: RegressionService) -> None:
+        r = svc.registry
+        self.messages = Counter(
+            "planner_regression_messages",
+            "Messages received, by kind (pass, heartbeat, load_sample, bad)",
+            ["component", "kind"],
+            registry=r,
+        )
+        self.passes = Counter(
+            "planner_regression_passes",
+            "Passes offered to the fit, by outcome (accepted, cold_start, invalid, over_budget)",
+            ["component", "outcome"],
+            registry=r,
+        )
+        self.workers = Gauge("planner_regression_workers", "Live workers", ["component"], registry=r)
+        self.ready = Gauge(
+            "planner_regression_model_ready", "1 when the latency model is usable", ["component"], registry=r
+        )
+        self.samples = Gauge(
+            "planner_regression_samples", "Samples retained by the fit", ["component"], registry=r
+        )
+        self.persist_errors = Counter(
+            "planner_regression_persist_errors", "Failed writes of model state to KV", registry=r
+        )
+
+
+class RegressionService(Service[RegressionSettings]):
+    name = "regression"
+    settings_type = RegressionSettings
+
+    def __init__(self, settings: RegressionSettings) -> None:
+        super().__init__(settings)
+        self.metrics = RegressionMetrics(self)
+        self.engines = EngineRegistry(settings.namespace)
+        self.components: dict[Component, ComponentState] = {}
+        self._state_kv: KeyValue | None = None
+        self._next_persist_at = 0.0
+
+    # ---- start ---------------------------------------------------------------------------------
+    async def setup(self) -> None:
+        s = self.settings
+        self._state_kv = await self.bus.kv(STATE_BUCKET)
+        for comp in s.components:
+            self.components[comp] = ComponentState(comp, await self._restore(comp))
+        engines_kv = await self.bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
+        self.spawn(self._watch_engines(engines_kv), "engines_watch")
+        for cs in self.components.values():
+            await self.bus.subscribe_raw(self.subjects.fpm(cs.component), self._fpm_handler(cs))
+            await self.bus.subscribe(
+                self.subjects.load(cs.component), WorkerLoadSample, self._load_handler(cs)
+            )
+        self._next_persist_at = asyncio.get_running_loop().time() + s.persist_every_s
+        self.every(s.tick_s, self._tick, "tick")
+
+    async def _restore(self, comp: Component) -> OnlineRegression:
+        config = self.settings.regression_config(comp)
+        assert self._state_kv is not None
+        key = self.subjects.state_key("regression", comp)
+        try:
+            model = await load_model(self._state_kv, key, config)
+        except ValueError as exc:
+            self.log.warning("model_state_unusable", component=comp, key=key, error=str(exc))
+            model = None
+        if model is None:
+            self.log.info("model_fresh", component=comp)
+            return OnlineRegression(config)
+        fit = model.fit()
+        self.log.info(
+            "model_restored", component=comp, samples=fit.num_samples, ready=fit.ready, reason=fit.reason
+        )
+        return model
+
+    # ---- hot path ------------------------------------------------------------------------------
+    def _fpm_handler(self, cs: ComponentState) -> RawHandler:
+        pattern = self.subjects.fpm(cs.component)
+        tracks = cs.fpm_tracks
+        max_pending = self.settings.fit_passes_per_worker
+        count_bad = self.bus.count_bad
+
+        async def on_fpm(data: bytes, subject: str) -> None:
+            try:
+                fpm = decode_fpm(data)
+            except DecodeError as exc:
+                cs.bad += 1
+                count_bad(pattern, exc.reason)
+                return
+            key = subject if fpm.dp_rank == 0 else worker_key(subject, fpm.dp_rank)
+            track = tracks.get(key)
+            if track is None:
+                track = tracks[key] = new_track(subject, fpm.dp_rank, max_pending)
+            track.take_fpm(fpm)
+            if fpm.wall_time > 0.0:
+                cs.passes += 1
+            else:
+                cs.heartbeats += 1
+
+        return on_fpm
+
+    def _load_handler(self, cs: ComponentState) -> Handler[WorkerLoadSample]:
+        tracks = cs.load_tracks
+        max_pending = self.settings.fit_passes_per_worker
+
+        async def on_load(sample: WorkerLoadSample, subject: str) -> None:
+            track = tracks.get(subject)
+            if track is None:
+                track = tracks[subject] = new_track(subject, 0, max_pending)
+            track.take_sample(sample)
+            cs.load_samples += 1
+
+        return on_load
+
+    # ---- engines registry ----------------------------------------------------------------------
+    async def _watch_engines(self, kv: KeyValue) -> None:
+        """Mirror ``planner_engines``; a broken watch is re-created after a short pause."""
+        bad_subject = f"kv.{ENGINES_BUCKET}"
+        while not self.stopping.is_set():
+            try:
+                watcher = await kv.watch(f"{self.settings.namespace}.>")
+            except (nats.errors.Error, TimeoutError) as exc:
+                self.log.warning("engines_watch_failed", error=str(exc) or type(exc).__name__)
+                await asyncio.sleep(1.0)
+                continue
+            try:
+                async for entry in watcher:
+                    if entry is None:  # end of the initial values
+                        self.log.info("engines_loaded", engines=len(self.engines))
+                        continue
+                    try:
+                        self.engines.apply(entry.key, entry.value, entry.operation)
+                    except DecodeError as exc:
+                        self.bus.count_bad(bad_subject, exc.reason)
+                        self.log.warning("bad_engine_info", key=entry.key, reason=exc.reason)
+            finally:
+                try:
+                    await asyncio.wait_for(watcher.stop(), timeout=2.0)  # type: ignore[no-untyped-call]
+                except (nats.errors.Error, TimeoutError):
+                    pass
+
+    # ---- tick ----------------------------------------------------------------------------------
+    async def _tick(self) -> None:
+        now_s = time.time()
+        for cs in self.components.values():
+            snap = self.update(cs, now_s)
+            await self.bus.publish(self.subjects.state(cs.component), snap)
+        loop_now = asyncio.get_running_loop().time()
+        if loop_now >= self._next_persist_at:
+            self._next_persist_at = loop_now + self.settings.persist_every_s
+            await self.persist()
+
+    def update(self, cs: ComponentState, now_s: float) -> ComponentSnapshot:
+        s = self.settings
+        for tracks in (cs.fpm_tracks, cs.load_tracks):
+            for key, t in list(tracks.items()):
+                t.mark_seen(now_s)
+                if now_s - t.last_seen_s > s.liveness_timeout_s:
+                    del tracks[key]
+                    self.log.info("worker_dropped", component=cs.component, worker_id=t.worker_id)
+        self._fit(cs, now_s)
+        with_fpm = {t.engine_id for t in cs.fpm_tracks.values()}
+        tracks_out = list(cs.fpm_tracks.values()) + [
+            t for t in cs.load_tracks.values() if t.engine_id not in with_fpm
+        ]
+        engine_key = self.subjects.engine_key
+        comp = cs.component
+        snap = build_snapshot(
+            namespace=s.namespace,
+            component=comp,
+            now_s=now_s,
+            tracks=tracks_out,
+            lookup=lambda wid: self.engines.get(engine_key(comp, wid)),
+            model=cs.model,
+            kv_hit_rate=s.kv_hit_rate,
+        )
+        self._report(cs, snap)
+        return snap
+
+    def _fit(self, cs: ComponentState, now_s: float) -> None:
+        s = self.settings
+        tracks = list(cs.fpm_tracks.values())
+        offered = sum(len(t.pending) for t in tracks)
+        taken = 0
+        for t, passes in take_pending(tracks, s.fit_passes_per_worker, s.max_fit_passes_per_tick):
+            info = self.engines.get(self.subjects.engine_key(cs.component, t.engine_id))
+            started = info.started_at_s if info is not None and info.started_at_s > 0 else None
+            for fpm in passes:
+                cs.model.observe(fpm, now_s, started)
+            taken += len(passes)
+        if taken:
+            cs.dirty = True
+        cs.skipped += offered - taken
+
+    def _report(self, cs: ComponentState, snap: ComponentSnapshot) -> None:
+        m, comp = self.metrics, cs.component
+        current = {
+            "pass": cs.passes,
+            "heartbeat": cs.heartbeats,
+            "load_sample": cs.load_samples,
+            "bad": cs.bad,
+            "over_budget": cs.skipped,
+            **{a.value: n for a, n in cs.model.counts.items() if a is not Admission.HEARTBEAT},
+        }
+        for name, value in current.items():
+            delta = value - cs.reported.get(name, 0)
+            if delta > 0:
+                if name in ("pass", "heartbeat", "load_sample", "bad"):
+                    m.messages.labels(comp, name).inc(delta)
+                else:
+                    m.passes.labels(comp, name).inc(delta)
+                if name == "bad":
+                    self.log.warning("bad_fpm", component=comp, count=delta)
+            cs.reported[name] = value
+        m.workers.labels(comp).set(len(snap.workers))
+        model = snap.model
+        m.ready.labels(comp).set(1.0 if model is not None and model.ready else 0.0)
+        m.samples.labels(comp).set(model.num_samples if model is not None else 0)
+
+    # ---- persistence and shutdown --------------------------------------------------------------
+    async def persist(self, force: bool = False) -> None:
+        if self._state_kv is None:
+            return
+        for cs in self.components.values():
+            if not (cs.dirty or force):
+                continue
+            key = self.subjects.state_key("regression", cs.component)
+            try:
+                await asyncio.wait_for(save_model(self._state_kv, key, cs.model), timeout=5.0)
+                cs.dirty = False
+            except (nats.errors.Error, TimeoutError) as exc:
+                self.metrics.persist_errors.inc()
+                self.log.warning("persist_failed", component=cs.component, error=str(exc) or "timeout")
+
+    async def drain(self) -> None:
+        await self.persist()
+        self.log.info("models_saved", components=[c.value for c in self.components])
+
+    def health_detail(self) -> dict[str, object]:
+        return {
+            c.value: {
+                "workers": len(cs.fpm_tracks) + len(cs.load_tracks),
+                "model_ready": cs.model.fit().ready,
+            }
+            for c, cs in self.components.items()
+        }
+
+
+SERVICE = RegressionService
+
+if __name__ == "__main__":
+    raise SystemExit(run_service(RegressionService))

@@ -1,0 +1,149 @@
+"""From a fitted model and the workers' latest messages to a ComponentSnapshot (pure; time is an
+argument)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+from planner_core.regression import LatencyEstimate, OnlineRegression
+from planner_proto import (
+    Component,
+    ComponentSnapshot,
+    EngineCapabilities,
+    EngineInfo,
+    ForwardPassMetrics,
+    WorkerLoad,
+    WorkerLoadSample,
+)
+from planner_regression.workers import WorkerTrack
+
+DEFAULT_CAPABILITIES = EngineCapabilities()
+"""Used for a worker's estimates when it is not (yet) in ``planner_engines``."""
+
+InfoLookup = Callable[[str], EngineInfo | None]
+
+
+def _ms(est: LatencyEstimate) -> float | None:
+    return None if est.latency_s is None else est.latency_s * 1000.0
+
+
+def _ttft_ms(
+    model: OnlineRegression, queued_prefill: float, decode_kv: float, caps: EngineCapabilities, hit: float
+) -> float | None:
+    if model.config.component is Component.DECODE:
+        return None
+    return _ms(
+        model.estimate_next_ttft(
+            queued_prefill_tokens=queued_prefill,
+            max_num_batched_tokens=caps.max_num_batched_tokens,
+            kv_hit_rate=hit,
+            decode_kv_tokens=decode_kv,
+        )
+    )
+
+
+def _itl_ms(model: OnlineRegression, scheduled_kv: float, queued_kv: float) -> float | None:
+    if model.config.component is Component.PREFILL:
+        return None
+    return _ms(model.estimate_next_itl(scheduled_kv_tokens=scheduled_kv, queued_kv_tokens=queued_kv))
+
+
+def load_from_fpm(
+    track: WorkerTrack,
+    fpm: ForwardPassMetrics,
+    info: EngineInfo | None,
+    model: OnlineRegression,
+    kv_hit_rate: float,
+) -> WorkerLoad:
+    s, q = fpm.scheduled_requests, fpm.queued_requests
+    caps = info.capabilities if info is not None else DEFAULT_CAPABILITIES
+    kv_in_use = s.sum_decode_kv_tokens + s.sum_prefill_kv_tokens + s.sum_prefill_tokens
+    kv_demand = kv_in_use + q.sum_decode_kv_tokens
+    return WorkerLoad(
+        worker_id=track.worker_id,
+        last_seen_s=track.last_seen_s,
+        started_at_s=info.started_at_s if info is not None else 0.0,
+        running_requests=s.num_prefill_requests + s.num_decode_requests,
+        waiting_requests=q.num_prefill_requests + q.num_decode_requests,
+        scheduled_prefill_tokens=s.sum_prefill_tokens,
+        queued_prefill_tokens=q.sum_prefill_tokens,
+        scheduled_decode_kv_tokens=s.sum_decode_kv_tokens,
+        queued_decode_kv_tokens=q.sum_decode_kv_tokens,
+        kv_usage=kv_demand / caps.max_kv_tokens if caps.max_kv_tokens > 0 else 0.0,
+        est_ttft_ms=_ttft_ms(model, q.sum_prefill_tokens, s.sum_decode_kv_tokens, caps, kv_hit_rate),
+        est_itl_ms=_itl_ms(model, s.sum_decode_kv_tokens, q.sum_decode_kv_tokens),
+        draining=info.draining if info is not None else False,
+    )
+
+
+def load_from_sample(
+    track: WorkerTrack,
+    sample: WorkerLoadSample,
+    info: EngineInfo | None,
+    model: OnlineRegression,
+    kv_hit_rate: float,
+) -> WorkerLoad:
+    """A scrape adapter reports requests and KV usage, not tokens: the KV tokens in use come from the
+    usage fraction, and the queued prefill tokens from the waiting requests times the average ISL."""
+    caps = info.capabilities if info is not None else DEFAULT_CAPABILITIES
+    max_kv = sample.max_kv_tokens or caps.max_kv_tokens
+    kv_tokens = round(sample.kv_usage * max_kv)
+    avg_isl = model.averages.avg_isl_tokens
+    ttft = None
+    if avg_isl is not None:
+        ttft = _ttft_ms(model, sample.waiting_requests * avg_isl, kv_tokens, caps, kv_hit_rate)
+    return WorkerLoad(
+        worker_id=track.worker_id,
+        last_seen_s=track.last_seen_s,
+        started_at_s=info.started_at_s if info is not None else 0.0,
+        running_requests=sample.running_requests,
+        waiting_requests=sample.waiting_requests,
+        scheduled_decode_kv_tokens=kv_tokens,
+        kv_usage=sample.kv_usage,
+        est_ttft_ms=ttft,
+        est_itl_ms=_itl_ms(model, kv_tokens, 0.0),
+        draining=info.draining if info is not None else False,
+    )
+
+
+def common_capabilities(infos: Iterable[EngineInfo | None]) -> EngineCapabilities | None:
+    """The capabilities most of the component's registered workers have; None when none is known."""
+    counts = Counter(i.capabilities for i in infos if i is not None)
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def build_snapshot(
+    *,
+    namespace: str,
+    component: Component,
+    now_s: float,
+    tracks: Iterable[WorkerTrack],
+    lookup: InfoLookup,
+    model: OnlineRegression,
+    kv_hit_rate: float,
+) -> ComponentSnapshot:
+    workers: list[WorkerLoad] = []
+    infos: list[EngineInfo | None] = []
+    for t in tracks:
+        info = lookup(t.engine_id)
+        infos.append(info)
+        if t.latest is not None:
+            workers.append(load_from_fpm(t, t.latest, info, model, kv_hit_rate))
+        elif t.sample is not None:
+            workers.append(load_from_sample(t, t.sample, info, model, kv_hit_rate))
+    workers.sort(key=lambda w: w.worker_id)
+    avg = model.averages
+    return ComponentSnapshot(
+        namespace=namespace,
+        component=component,
+        issued_at_s=now_s,
+        workers=workers,
+        model=model.to_latency_model(),
+        capabilities=common_capabilities(infos),
+        avg_isl_tokens=avg.avg_isl_tokens,
+        avg_decode_length_tokens=avg.avg_decode_length_tokens,
+        avg_prefill_tokens_per_pass=avg.avg_prefill_tokens_per_pass,
+        avg_num_decode_requests=avg.avg_num_decode_requests,
+        kv_hit_rate=kv_hit_rate,
+    )

@@ -1,0 +1,72 @@
+"""Synthetic inputs for the decider tests: a flat profile where the replica need is n / 100."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
+from planner_core.policy import CapacityModel, PolicyConfig, PolicyKind
+from planner_core.profile import DecodeProfile, PrefillProfile
+from planner_proto import ComponentReplicas, LoadForecast, ReplicaStatus
+
+ISL, OSL, INTERVAL_S = 2800.0, 400.0, 10.0
+
+
+def profiles() -> tuple[PrefillProfile, DecodeProfile]:
+    # prefill 28000 tok/s/GPU at any ISL; decode ITL 10 + 30*kv ms (always under 50) and 4000*kv tok/s/GPU
+    isl = np.array([100.0, 1000.0, 4000.0, 8000.0, 16000.0])
+    pre = PrefillProfile(isl_tokens=isl, ttft_ms=isl / 28.0, thpt_per_gpu=np.full(5, 28000.0))
+    kv, ctx = np.meshgrid([0.0, 0.25, 0.5, 0.75, 1.0], [1000.0, 3000.0, 5000.0])
+    kv, ctx = kv.ravel(), ctx.ravel()
+    dec = DecodeProfile(
+        kv_usage=kv, context_length_tokens=ctx, itl_ms=10 + 30 * kv, thpt_per_gpu=4000 * kv, max_kv_tokens=100_000
+    )
+    return pre, dec
+
+
+def capacity() -> CapacityModel:
+    pre, dec = profiles()
+    return CapacityModel(prefill=PrefillInterpolator(pre), decode=DecodeInterpolator(dec))
+
+
+def forecast(n: float, at_s: float = 0.0) -> LoadForecast:
+    """n requests per 10 s: prefill need = n*2800/10/28000 = n/100; decode = n*400/10/4000 = n/100."""
+    return LoadForecast(
+        namespace="t",
+        issued_at_s=at_s,
+        for_start_s=at_s,
+        interval_s=INTERVAL_S,
+        num_requests=n,
+        mean_isl_tokens=ISL,
+        mean_osl_tokens=OSL,
+    )
+
+
+def status(
+    p: int, d: int, at_s: float = 0.0, *, p_draining: int = 0, d_draining: int = 0, p_desired: int | None = None
+) -> ReplicaStatus:
+    return ReplicaStatus(
+        namespace="t",
+        actuator_id="test",
+        at_s=at_s,
+        components={
+            "prefill": ComponentReplicas(
+                desired=p if p_desired is None else p_desired, ready=p, draining=p_draining
+            ),
+            "decode": ComponentReplicas(desired=d, ready=d, draining=d_draining),
+        },
+    )
+
+
+# throughput mode, no smoothing: targets follow the forecast at once (tolerance 0, no windows)
+CFG = PolicyConfig(
+    policy=PolicyKind.THROUGHPUT,
+    throughput_interval_s=1.0,
+    tolerance=0.0,
+    startup_s=0.0,
+    down_window_s=0.0,
+    max_gpu_budget=-1,
+    up_limit_replicas=100,
+    down_limit_replicas=100,
+    down_limit_percent=100.0,
+)

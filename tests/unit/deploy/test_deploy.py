@@ -1,0 +1,131 @@
+"""deploy/: the compose file matches the Compose JSON schema, the kustomize output is valid Kubernetes,
+and the image runs as a non-root user. No container engine or cluster is needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+K8S_VERSION = "1.30"
+
+
+def _need(path: Path, how: str) -> Path:
+    if path.exists():
+        return path
+    if os.environ.get("CI"):
+        pytest.fail(f"{path} is missing in CI: {how}")
+    pytest.skip(f"{path} is missing: {how}")
+
+
+def test_compose_file_matches_compose_schema() -> None:
+    from check_jsonschema.cli.main_command import main as check
+
+    schema = _need(
+        REPO / ".cache" / "compose_spec.json", "run scripts/fetch-compose-schema.sh (just test does)"
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        check(["--schemafile", str(schema), str(REPO / "docker-compose.yml")])
+    assert exit_info.value.code == 0
+
+
+def test_compose_has_every_service_and_infra() -> None:
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    names = set(compose["services"])
+    assert {"nats", "prometheus", "grafana"} <= names
+    for svc in ("fpm-relay", "regression", "predictor", "decider", "loadgen"):
+        assert svc in names
+        assert compose["services"][svc]["command"][:2] == ["serve", svc]
+    assert "-js" in compose["services"]["nats"]["command"]
+
+
+def _kustomize() -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        out = subprocess.run(
+            [kubectl, "kustomize", str(REPO / "deploy" / "k8s")], capture_output=True, check=True, timeout=60
+        )
+        return [d for d in yaml.safe_load_all(out.stdout) if d]
+    kust = yaml.safe_load((REPO / "deploy" / "k8s" / "kustomization.yaml").read_text())
+    docs: list[dict[str, Any]] = []
+    for res in kust["resources"]:
+        docs += [d for d in yaml.safe_load_all((REPO / "deploy" / "k8s" / res).read_text()) if d]
+    return docs
+
+
+def test_kubernetes_manifests_are_valid() -> None:
+    import kubernetes_validate
+
+    docs = _kustomize()
+    assert docs
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_every_deployment_has_probes_scrape_annotations_and_limits() -> None:
+    deployments = [d for d in _kustomize() if d["kind"] == "Deployment"]
+    assert {d["metadata"]["name"] for d in deployments} >= {
+        "planner-fpm-relay",
+        "planner-regression",
+        "planner-predictor",
+        "planner-decider",
+        "planner-actuator-k8s",
+    }
+    for d in deployments:
+        pod = d["spec"]["template"]
+        assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        for c in pod["spec"]["containers"]:
+            assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
+            assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+            assert "memory" in c["resources"]["limits"]
+
+
+def test_actuator_rbac_is_least_privilege() -> None:
+    docs = _kustomize()
+    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+    assert roles, "actuator-k8s needs a Role"
+    assert all(d["kind"] == "Role" for d in roles), "namespaced Role only, no ClusterRole"
+    for role in roles:
+        for rule in role["rules"]:
+            assert "*" not in rule.get("verbs", []) and "*" not in rule.get("resources", [])
+            assert not set(rule.get("verbs", [])) & {
+                "delete",
+                "deletecollection",
+                "create",
+                "escalate",
+                "bind",
+            }
+    sa_names = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
+    actuator = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "planner-actuator-k8s"
+    )
+    assert actuator["spec"]["template"]["spec"]["serviceAccountName"] in sa_names
+
+
+def test_dockerfile_runs_as_non_root_with_one_entrypoint() -> None:
+    text = (REPO / "deploy" / "Dockerfile").read_text()
+    assert "USER 10001" in text
+    assert 'ENTRYPOINT ["planner"]' in text
+    assert "uv sync --frozen --no-dev" in text
+
+
+def test_grafana_dashboard_parses_and_covers_the_essentials() -> None:
+    dash = json.loads((REPO / "deploy" / "grafana" / "dashboards" / "planner.json").read_text())
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    for metric in (
+        "planner_desired_replicas",
+        "planner_forecast_requests",
+        "time_to_first_token_seconds",
+        "inter_token_latency_seconds",
+        "planner_decisions_total",
+        "planner_bad_messages_total",
+    ):
+        assert metric in exprs
