@@ -5,8 +5,8 @@ dropped). Every model runs online: at each interval it forecasts, then sees the 
 from the second interval on, on the same steps for every model; MAPE skips intervals whose actual is
 0 or has no requests (no mean ISL/OSL). ``cover`` is the share of intervals whose request count was at
 or under the 0.9 upper forecast (scored once 5 residuals exist). Time = fit + predict per step, per
-series. ARIMA cadence: order re-chosen every 24 values (KPSS for d, AIC over six (p, q)), parameters
-re-estimated every 6, the fitted model filtered forward in between.
+series. ARIMA cadence: order re-chosen every 24 values (KPSS for d, AIC over five (p, q)), parameters
+re-estimated every 8, the fitted model filtered forward in between.
 
     uv run python benchmarks/bench_forecast.py [--json]
 """
@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from planner_core.forecast import ForecastConfig, SeriesForecaster
 from planner_sim.traces import bin_requests, read_azure_csv
@@ -39,7 +40,9 @@ SERIES = ("num_requests", "mean_isl", "mean_osl")
 
 def score(values: np.ndarray, name: str, interval_s: float) -> dict[str, float]:
     spec = MODELS[name]
-    cfg = ForecastConfig(model=str(spec["model"]), log1p=bool(spec.get("log1p", False)), interval_s=interval_s)
+    cfg = ForecastConfig(
+        model=str(spec["model"]), log1p=bool(spec.get("log1p", False)), interval_s=interval_s
+    )
     f = SeriesForecaster(cfg)
     errs: list[float] = []
     covered: list[bool] = []
@@ -72,11 +75,17 @@ def main() -> None:
         reqs = read_azure_csv(TRACES / f"AzureLLMInferenceTrace_{trace}.csv").requests
         for interval_s in (60.0, 180.0):
             b = bin_requests(reqs, interval_s)
-            cols = {"num_requests": b.num_requests[:-1], "mean_isl": b.mean_isl_tokens[:-1], "mean_osl": b.mean_osl_tokens[:-1]}
+            cols = {
+                "num_requests": b.num_requests[:-1],
+                "mean_isl": b.mean_isl_tokens[:-1],
+                "mean_osl": b.mean_osl_tokens[:-1],
+            }
             for name in MODELS:
                 for series in SERIES:
                     r = score(cols[series], name, interval_s)
-                    rows.append({"trace": trace, "interval_s": interval_s, "model": name, "series": series, **r})
+                    rows.append(
+                        {"trace": trace, "interval_s": interval_s, "model": name, "series": series, **r}
+                    )
     total_s = time.perf_counter() - t_start
     if args.json:
         print(json.dumps({"rows": rows, "total_s": total_s}, indent=1))
@@ -90,9 +99,18 @@ def main() -> None:
 
     for trace in ("code", "conv"):
         for iv in (60.0, 180.0):
-            n = len(bin_requests(read_azure_csv(TRACES / f"AzureLLMInferenceTrace_{trace}.csv").requests, iv).num_requests) - 1
+            n = (
+                len(
+                    bin_requests(
+                        read_azure_csv(TRACES / f"AzureLLMInferenceTrace_{trace}.csv").requests, iv
+                    ).num_requests
+                )
+                - 1
+            )
             print(f"\nAzure {trace}, {iv:.0f} s bins ({n} intervals): one-step MAPE %  (x vs last value)")
-            print(f"{'model':22s}{'requests':>18s}{'mean ISL':>18s}{'mean OSL':>18s}{'cover@0.9':>11s}{'ms/step':>9s}")
+            print(
+                f"{'model':22s}{'requests':>18s}{'mean ISL':>18s}{'mean OSL':>18s}{'cover@0.9':>11s}{'ms/step':>9s}"
+            )
             for m in MODELS:
                 cells = ""
                 for s in SERIES:
@@ -106,4 +124,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # One BLAS thread: small statsmodels/numpy fits run ~10x slower when BLAS threads fight over shared cores.
+    with threadpool_limits(1):
+        main()

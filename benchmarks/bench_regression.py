@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from planner_core.engine import (
     CalibratedTiming,
@@ -46,7 +47,11 @@ VARIANTS: dict[str, dict[str, object]] = {
     "ours, no cold-start rule": {"method": "robust", "retention": "bucketed", "cold_start_s": 0.0},
     "ours": {"method": "robust", "retention": "bucketed", "cold_start_s": 120.0},
 }
-ROLE = {Component.PREFILL: EngineRole.PREFILL, Component.DECODE: EngineRole.DECODE, Component.AGG: EngineRole.AGG}
+ROLE = {
+    Component.PREFILL: EngineRole.PREFILL,
+    Component.DECODE: EngineRole.DECODE,
+    Component.AGG: EngineRole.AGG,
+}
 
 
 def make_model(component: Component, variant: str) -> OnlineRegression:
@@ -78,7 +83,11 @@ class Worker:
 def simulate(component: Component, timing: CalibratedTiming, seed: int, duration_s: float) -> list[Worker]:
     rng = np.random.default_rng(seed)
     step_s = duration_s / 2
-    light, heavy = {Component.PREFILL: (4.0, 45.0), Component.DECODE: (2.0, 25.0), Component.AGG: (1.0, 12.0)}[component]
+    light, heavy = {
+        Component.PREFILL: (4.0, 45.0),
+        Component.DECODE: (2.0, 25.0),
+        Component.AGG: (1.0, 12.0),
+    }[component]
     workers = [Worker("w0", -1e4, []), Worker("w1", -1e4, []), Worker("w2", step_s, [])]
     streams: list[list[EngineRequest]] = [[], [], []]
     arrivals: list[list[float]] = [[], [], []]
@@ -103,7 +112,8 @@ def simulate(component: Component, timing: CalibratedTiming, seed: int, duration
                 else:
                     sched.add_request(reqs[j])
                 j += 1
-            if not sched.has_work:
+            ready = sched.next_remote_ready_s
+            if not sched.has_work and (ready is None or ready > now):
                 nxt = [arr[j]] if j < len(reqs) else []
                 if sched.next_remote_ready_s is not None:
                     nxt.append(sched.next_remote_ready_s)
@@ -121,7 +131,9 @@ def cold_factor(age_s: float) -> float:
     return 1.0 + 2.0 * max(0.0, 1.0 - age_s / 90.0)
 
 
-def run_engine(component: Component, timing: CalibratedTiming, seed: int, duration_s: float) -> dict[str, float]:
+def run_engine(
+    component: Component, timing: CalibratedTiming, seed: int, duration_s: float
+) -> dict[str, float]:
     rng = np.random.default_rng(seed + 1000)
     workers = simulate(component, timing, seed, duration_s)
     tick_s = 2.0
@@ -137,11 +149,15 @@ def run_engine(component: Component, timing: CalibratedTiming, seed: int, durati
                 p = w.passes[idx]
                 wall = corrupt(rng, p.duration_s * cold_factor(p.start_s - w.started_s))
                 fed.append((float(tick), to_fpm(p._replace(duration_s=wall), w.name), w.started_s))
-        rest = [i for i in range(len(w.passes)) if i not in picked and w.passes[i].start_s - w.started_s > 120]
+        rest = [
+            i for i in range(len(w.passes)) if i not in picked and w.passes[i].start_s - w.started_s > 120
+        ]
         for i in rng.permutation(rest)[:400]:
             p = w.passes[int(i)]
             wall = p.duration_s * math.exp(0.05 * rng.standard_normal())
-            held["light" if p.start_s < duration_s / 2 else "heavy"].append(to_fpm(p._replace(duration_s=wall), w.name))
+            held["light" if p.start_s < duration_s / 2 else "heavy"].append(
+                to_fpm(p._replace(duration_s=wall), w.name)
+            )
     fed.sort(key=lambda item: item[0])
     test = held["light"][:150] + held["heavy"][:150]
     out: dict[str, float] = {"fed": float(len(fed))}
@@ -255,7 +271,9 @@ def main() -> None:
     print(f"5% noise, 3% stalls x2-5, a cold worker joins at the step; {args.seeds} seeds; held-back passes)")
     print(head)
     for comp, row in engine.items():
-        print(f"{comp + ' (' + str(int(row['fed'])) + ' fed)':28s}" + "".join(f"{row[n]:26.2f}" for n in names))
+        print(
+            f"{comp + ' (' + str(int(row['fed'])) + ' fed)':28s}" + "".join(f"{row[n]:26.2f}" for n in names)
+        )
     print("\nReal profile points (noisy stream drawn from the points; MAPE on the clean points)")
     print(head)
     for name, row in prof.items():
@@ -266,4 +284,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # One BLAS thread: small statsmodels/numpy fits run ~10x slower when BLAS threads fight over shared cores.
+    with threadpool_limits(1):
+        main()

@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 from planner_proto import ForwardPassMetrics, ScheduledRequestMetrics, Subjects, encode_fpm
 from planner_runtime.bus import Bus
@@ -29,6 +31,12 @@ def metric(port: int, name: str, labels: str = "") -> float:
         if line.startswith(name) and labels in line and not line.startswith("#"):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_up(port: int) -> None:
@@ -50,10 +58,14 @@ async def publish(url: str, engines: int, rate: float, seconds: float) -> int:
     for e in range(engines):
         comp = comps[e % 3]
         s = ScheduledRequestMetrics(
-            num_prefill_requests=1, sum_prefill_tokens=100 + e, num_decode_requests=1 + e % 64,
+            num_prefill_requests=1,
+            sum_prefill_tokens=100 + e,
+            num_decode_requests=1 + e % 64,
             sum_decode_kv_tokens=1000 * (1 + e % 50),
         )
-        payload = encode_fpm(ForwardPassMetrics(worker_id=f"e{e}", wall_time=0.01 + e * 1e-6, scheduled_requests=s))
+        payload = encode_fpm(
+            ForwardPassMetrics(worker_id=f"e{e}", wall_time=0.01 + e * 1e-6, scheduled_requests=s)
+        )
         msgs.append((subjects.fpm(comp, f"e{e}"), payload))
     sent = 0
     t0 = time.perf_counter()
@@ -81,11 +93,23 @@ def main() -> int:
     with NatsServer() as server:
         port = free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "planner_regression", "--nats-url", server.url, "--namespace", "bench",
-             "--http-port", str(port), "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "planner_regression",
+                "--nats-url",
+                server.url,
+                "--namespace",
+                "bench",
+                "--http-port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
         )
         try:
             wait_up(port)
+            cpu0, got0 = cpu_s(proc.pid), metric(port, "planner_regression_messages_total")
             t0 = time.perf_counter()
             sent = asyncio.run(publish(server.url, args.engines, args.rate, args.seconds))
             pub_s = time.perf_counter() - t0
@@ -98,14 +122,26 @@ def main() -> int:
                     break
                 time.sleep(0.25)
             done_s = time.perf_counter() - t0
+            cpu = cpu_s(proc.pid) - cpu0
             ticks = metric(port, "planner_tick_seconds_count", 'loop="tick"')
             tick_sum = metric(port, "planner_tick_seconds_sum", 'loop="tick"')
-            print(json.dumps({
-                "engines": args.engines, "target_rate_per_s": args.rate, "sent": sent,
-                "publish_rate_per_s": round(sent / pub_s), "received": int(got),
-                "processed_rate_per_s": round(got / done_s), "lag_s": round(done_s - pub_s, 2),
-                "mean_tick_ms": round(1000 * tick_sum / max(ticks, 1), 1),
-            }))
+            print(
+                json.dumps(
+                    {
+                        "engines": args.engines,
+                        "target_rate_per_s": args.rate,
+                        "sent": sent,
+                        "publish_rate_per_s": round(sent / pub_s),
+                        "received": int(got),
+                        "processed_rate_per_s": round(got / done_s),
+                        "lag_s": round(done_s - pub_s, 2),
+                        "mean_tick_ms": round(1000 * tick_sum / max(ticks, 1), 1),
+                        "service_cpu_s": round(cpu, 2),
+                        "cpu_us_per_msg": round(1e6 * cpu / max(got - got0, 1), 2),
+                        "one_core_capacity_per_s": round((got - got0) / max(cpu, 1e-9)),
+                    }
+                )
+            )
         finally:
             proc.terminate()
             proc.wait(20)

@@ -4,6 +4,7 @@ worker command, an in-process actuator, and a NATS helper that records acks and 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import signal
@@ -115,8 +116,11 @@ def circusd(tmp_path: Path) -> Iterator[Circusd]:
 
 
 def _stop_everything(c: Circusd) -> None:
-    """circusd first (it stops its watchers), then any worker still alive (workers run in their
-    own sessions, so they are found through their start markers)."""
+    """Workers first (they run in their own sessions, so they are found through their start
+    markers; a test's workers have nothing left to drain), then circusd."""
+    for e in c.all_started():
+        with suppress(ProcessLookupError, PermissionError):
+            os.kill(int(e["pid"]), signal.SIGKILL)
     if c.proc.poll() is None:
         c.proc.send_signal(signal.SIGTERM)
         try:
@@ -179,7 +183,9 @@ class Recorder:
     status: list[ReplicaStatus] = field(default_factory=list)
     next_id: int = 0
 
-    async def decide(self, targets: dict[str, int], decision_id: int | None = None, advisory: bool = False) -> int:
+    async def decide(
+        self, targets: dict[str, int], decision_id: int | None = None, advisory: bool = False
+    ) -> int:
         if decision_id is None:
             self.next_id += 1
             decision_id = self.next_id
@@ -213,7 +219,7 @@ class Recorder:
                 if pred(s):
                     return s
             await asyncio.sleep(0.05)
-        raise AssertionError(f"no matching ReplicaStatus; last: {self.status[-1:] }")
+        raise AssertionError(f"no matching ReplicaStatus; last: {self.status[-1:]}")
 
 
 @pytest.fixture
@@ -257,3 +263,72 @@ def make_settings(nats_server: NatsServer, circusd: Circusd) -> Any:
 @pytest.fixture
 def run_actuator() -> Any:
     return running_actuator
+
+
+def _load_fake() -> Any:
+    spec = importlib.util.spec_from_file_location("planner_tests_k8s_fake", HERE / "k8s_fake.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+k8s_fake = _load_fake()
+
+
+@pytest.fixture
+def fake_kube() -> Iterator[Any]:
+    fake = k8s_fake.FakeKube(namespace="llm", ready_delay_s=0.8).start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def k8s_settings(nats_server: NatsServer, fake_kube: Any) -> Any:
+    from planner_actuator_k8s.settings import K8sActuatorSettings
+
+    def make(**over: Any) -> K8sActuatorSettings:
+        base: dict[str, Any] = {
+            "namespace": "t",
+            "nats_url": nats_server.url,
+            "api_url": fake_kube.url,
+            "k8s_namespace": "llm",
+            "target": "dgd",
+            "dgd_name": "llm-disagg",
+            "poll_interval_s": 0.2,
+            "backoff_base_s": 0.05,
+            "backoff_max_s": 0.2,
+            "ready_timeout_s": 20.0,
+            "log_json": False,
+        }
+        base.update(over)
+        return K8sActuatorSettings(**base)
+
+    return make
+
+
+@asynccontextmanager
+async def running_k8s(settings: Any) -> AsyncIterator[Any]:
+    from planner_actuator_k8s.service import K8sActuator
+
+    svc = K8sActuator(settings)
+    task = asyncio.create_task(svc.run(), name="actuator-k8s")
+    try:
+        deadline = time.monotonic() + 20
+        while not hasattr(svc, "feed") and not task.done():
+            assert time.monotonic() < deadline, "actuator did not start"
+            await asyncio.sleep(0.05)
+        if task.done():
+            task.result()
+        yield svc
+    finally:
+        svc.request_stop()
+        await asyncio.wait_for(task, timeout=30)
+
+
+@pytest.fixture
+def run_k8s() -> Any:
+    return running_k8s

@@ -11,8 +11,12 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-async def test_scale_up_then_drain_one(circusd: Any, recorder: Any, make_settings: Any, run_actuator: Any) -> None:
-    settings = make_settings(worker_cmd=make_settings().worker_cmd.replace("--inflight-s 1.0", "--inflight-s 1.5"))
+async def test_scale_up_then_drain_one(
+    circusd: Any, recorder: Any, make_settings: Any, run_actuator: Any
+) -> None:
+    settings = make_settings(
+        worker_cmd=make_settings().worker_cmd.replace("--inflight-s 1.0", "--inflight-s 1.5")
+    )
     async with run_actuator(settings):
         d1 = await recorder.decide({"prefill": 2})
         await recorder.wait_ack(d1, "accepted")

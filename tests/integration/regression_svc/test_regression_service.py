@@ -100,6 +100,7 @@ def settings(url: str, **kw: Any) -> RegressionSettings:
         "namespace": NS,
         "tick_s": 0.2,
         "fit_passes_per_worker": 64,
+        "max_fit_passes_per_tick": 1000,
         "liveness_timeout_s": 3.0,
     }
     base.update(kw)

@@ -19,7 +19,11 @@ def profiles() -> tuple[PrefillProfile, DecodeProfile]:
     kv, ctx = np.meshgrid([0.0, 0.25, 0.5, 0.75, 1.0], [1000.0, 3000.0, 5000.0])
     kv, ctx = kv.ravel(), ctx.ravel()
     dec = DecodeProfile(
-        kv_usage=kv, context_length_tokens=ctx, itl_ms=10 + 30 * kv, thpt_per_gpu=4000 * kv, max_kv_tokens=100_000
+        kv_usage=kv,
+        context_length_tokens=ctx,
+        itl_ms=10 + 30 * kv,
+        thpt_per_gpu=4000 * kv,
+        max_kv_tokens=100_000,
     )
     return pre, dec
 
@@ -43,7 +47,13 @@ def forecast(n: float, at_s: float = 0.0) -> LoadForecast:
 
 
 def status(
-    p: int, d: int, at_s: float = 0.0, *, p_draining: int = 0, d_draining: int = 0, p_desired: int | None = None
+    p: int,
+    d: int,
+    at_s: float = 0.0,
+    *,
+    p_draining: int = 0,
+    d_draining: int = 0,
+    p_desired: int | None = None,
 ) -> ReplicaStatus:
     return ReplicaStatus(
         namespace="t",

@@ -38,7 +38,9 @@ class Run:
         return out
 
     def ack(self, decision_id: int, st: AckStatus) -> list[str]:
-        self.book, released = on_ack(self.book, ScalingAck(decision_id=decision_id, actuator_id="a", status=st))
+        self.book, released = on_ack(
+            self.book, ScalingAck(decision_id=decision_id, actuator_id="a", status=st)
+        )
         return released
 
 

@@ -25,7 +25,9 @@ def ok(ttft: float, itl: float | None, dur: float, attempts: int = 1) -> Request
 
 
 def failed() -> RequestResult:
-    return RequestResult(request_id="f", arrival_s=0.0, input_tokens=1, output_tokens=1, ok=False, error="stalled")
+    return RequestResult(
+        request_id="f", arrival_s=0.0, input_tokens=1, output_tokens=1, ok=False, error="stalled"
+    )
 
 
 @pytest.mark.parametrize(
@@ -86,6 +88,10 @@ def test_flight_result_measures_from_arrival() -> None:
     f = Flight(0, "r0", "inbox.0", TraceRequest(0.0, 100, 5), created_s=10.0, last_activity_s=10.0)
     f.first_token_s, f.last_token_s, f.tokens, f.attempts = 10.2, 10.6, 5, 1
     r = f.result(ok=True)
-    assert r.ttft_s == pytest.approx(0.2) and r.itl_s == pytest.approx(0.1) and r.duration_s == pytest.approx(0.6)
+    assert (
+        r.ttft_s == pytest.approx(0.2)
+        and r.itl_s == pytest.approx(0.1)
+        and r.duration_s == pytest.approx(0.6)
+    )
     bad = f.result(ok=False, error="stalled")
     assert bad.itl_s is None and bad.duration_s is None and bad.error == "stalled"

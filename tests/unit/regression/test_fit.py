@@ -119,3 +119,20 @@ def test_robust_beats_ols_on_outliers() -> None:
         return float(np.mean(np.abs(pred - truth) / truth))
 
     assert mape(rob) < 0.03 < mape(ols)
+
+
+def test_real_prefill_profile_fits(shared_data: object) -> None:
+    # the H200 Llama-8B prefill profile: TTFT grows with ISL, so the fit is physical (slope > 0)
+    from pathlib import Path
+
+    from planner_core.profile import load_prefill
+
+    assert isinstance(shared_data, Path)
+    p = load_prefill(shared_data / "dynamo" / "h200_llama31_8b_fp8_tp1_prefill_raw_data.npz")
+    model = OnlineRegression(RegressionConfig(component=Component.PREFILL))
+    for isl, ttft_ms in zip(p.isl_tokens, p.ttft_ms, strict=True):
+        model.add_sample([float(isl)], float(ttft_ms) / 1e3)
+    fit = model.fit()
+    assert fit.ready and fit.coefficients[0] > 0
+    pred = np.array([fit.predict_s([float(x)]) for x in p.isl_tokens])
+    assert float(np.mean(np.abs(pred - p.ttft_ms / 1e3) / (p.ttft_ms / 1e3))) < 0.15

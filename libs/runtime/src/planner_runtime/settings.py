@@ -24,7 +24,7 @@ from msgspec import Meta
 
 S = TypeVar("S", bound="BaseSettings")
 
-SECRET_FIELDS = re.compile(r"(password|token|secret|seed|creds|key_pem)", re.I)
+SECRET_FIELDS = re.compile(r"(^|_)(password|token|secret|seed)$", re.I)
 
 
 class SettingsError(ValueError):

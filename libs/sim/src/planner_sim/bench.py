@@ -39,6 +39,8 @@ class BenchConfig:
     peak_gpus: float | None = None
     duration_s: float | None = None
     oracle_interval_s: float = 60.0
+    oracle_attainment_pct: float = 99.0
+    """Share of an interval's requests the oracle's prefill fleet must serve within the TTFT target."""
     tick_s: float = 5.0
     seed: int = 0
     jobs: int = 1
@@ -55,6 +57,8 @@ class BenchConfig:
         for name, v in checks.items():
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: must be > 0, got {v}")
+        if not 0.0 < self.oracle_attainment_pct <= 100.0:
+            raise ValueError(f"oracle_attainment_pct: must be in (0, 100], got {self.oracle_attainment_pct}")
         if self.startup_s < 0:
             raise ValueError(f"startup_s: must be >= 0, got {self.startup_s}")
         if self.peak_gpus is not None and self.peak_gpus <= 0:
@@ -132,10 +136,25 @@ def prepare_trace(cfg: BenchConfig, path: str) -> TracePrep:
     horizon = cfg.duration_s if cfg.duration_s is not None else reqs[-1].arrival_s
     scale = 1.0
     if cfg.peak_gpus is not None:
-        base = oracle(reqs, settings, cfg.itl_target_ms, interval_s=cfg.oracle_interval_s, horizon_s=horizon)
+        base = oracle(
+            reqs,
+            settings,
+            cfg.itl_target_ms,
+            ttft_target_ms=None,
+            interval_s=cfg.oracle_interval_s,
+            horizon_s=horizon,
+        )
         scale = cfg.peak_gpus / max(base.peak_gpu_need, 1e-9)
         reqs = scale_trace(reqs, rate_scale=scale, seed=cfg.seed)
-    orc = oracle(reqs, settings, cfg.itl_target_ms, interval_s=cfg.oracle_interval_s, horizon_s=horizon)
+    orc = oracle(
+        reqs,
+        settings,
+        cfg.itl_target_ms,
+        ttft_target_ms=cfg.ttft_target_ms,
+        attainment=cfg.oracle_attainment_pct / 100.0,
+        interval_s=cfg.oracle_interval_s,
+        horizon_s=horizon,
+    )
     return TracePrep(
         name=Path(path).stem, path=path, rate_scale=scale, requests=reqs, horizon_s=horizon, oracle=orc
     )

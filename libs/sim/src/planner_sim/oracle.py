@@ -1,25 +1,27 @@
 """Hindsight oracle: the fewest prefill and decode workers per interval, and their GPU-hours.
 
-Choice: capacity comes from the *simulator's own* timing model (the one every policy is run against),
-not from the profile interpolation the throughput policy uses, so the oracle and the simulated fleet
-agree on what an engine can do. For each interval of the actual arrivals:
+Instant scaling, no startup, no drain: each interval of the actual arrivals gets its own fleet. Both
+sides use the *simulator's own* engine model (the one every policy runs against), not the profile
+interpolation the throughput policy uses, so the oracle and the simulated fleet agree on what an engine
+can do.
 
-- prefill: an engine computes at most ``max_T T / pass_time(T)`` prompt tokens per second (T = tokens
-  in one pass, at most ``max_num_batched_tokens``; no decode work on a prefill engine). The interval's
-  prompt tokens divided by that rate is the fractional need;
-- decode: an engine meets the ITL target only with passes no longer than the target, so it holds at
-  most ``n*`` requests, the largest n (<= max_num_seqs, <= KV capacity / context) whose pass time
-  ``pass_time(n, n * context)`` is within the ITL target, and emits at most ``n* / pass_time(n*)``
-  tokens per second. Context = the token-weighted ISL + OSL/2 of the interval's requests (pass time is
-  linear in KV tokens, so this weighting is exact for the KV term). Output tokens / rate = need.
+- decode, analytic: an engine meets the ITL target only with passes no longer than the target, so it
+  holds at most ``n*`` requests, the largest n (<= max_num_seqs, <= KV capacity / context) whose pass
+  ``pass_time(n, n * context)`` fits in the target, and emits at most ``n* / pass_time(n*)`` tokens/s.
+  Context = the token-weighted ISL + OSL/2 of the interval's requests (pass time is linear in KV tokens,
+  so the weighting is exact for that term). Need = output tokens / interval / rate.
+- prefill, searched with the simulator: TTFT is set by queueing behind bursts, which a rate bound
+  cannot see (a fleet sized by tokens/s at full utilisation misses the target by seconds). Starting from
+  the rate bound (``max_T T / pass_time(T)`` prompt tokens/s per engine), the interval's requests are
+  replayed on n fresh prefill engines behind the same least-outstanding router, n = bound, bound + 1,
+  ..., until ``attainment`` of them meet the TTFT target.
 
-Workers = max(min_replicas, ceil(need)), scaled instantly at interval boundaries, no startup, no
-drain. Why it is a lower bound: the rates are upper bounds on what one engine can sustain while
-meeting the SLA (100 % busy, perfect batching, no queueing delay in the TTFT budget, no imbalance
-between engines), so any fleet with fewer workers in an interval falls behind the arrivals of that
-interval and misses the SLA for some of them. Caveats, both small at 60 s intervals: work is counted
-in the interval its request arrives (a request started late in one interval decodes in the next), and
-ITL is bounded by the pass time rather than the per-request mean the SLA checks.
+Workers = max(min_replicas, that count). Why it is a lower bound: the decode rate is an upper bound on
+what one engine sustains within the ITL target (100 % busy, perfect batching, no imbalance), and the
+prefill count is the smallest that meets the target for these very arrivals with empty engines at the
+start of the interval; a policy with fewer ready workers in an interval misses the SLA for more of its
+requests. Caveats, small at 60 s intervals: work is counted in the interval its request arrives, and
+ITL is bounded through the pass time rather than the per-request mean the SLA checks.
 """
 
 from __future__ import annotations
@@ -107,15 +109,48 @@ class OracleResult:
         return {"prefill": max(min_replicas, math.ceil(p)), "decode": max(min_replicas, math.ceil(d))}
 
 
+def prefill_meets_ttft(
+    requests: Sequence[TraceRequest], n: int, settings: ClusterSettings, ttft_target_ms: float
+) -> float:
+    """Fraction of ``requests`` (prompts only) meeting the TTFT target on ``n`` fresh prefill engines."""
+    from planner_sim.controllers import StaticController
+    from planner_sim.simulator import simulate
+
+    t0 = requests[0].arrival_s
+    shifted = [TraceRequest(r.arrival_s - t0, r.input_tokens, 1) for r in requests]
+    fleet = StaticController("oracle", {"prefill": n, "decode": 0})
+    res = simulate(shifted, settings, fleet, tick_s=1e9)
+    ttft_ms = res.log.ttft_s() * 1e3
+    return float(np.mean(ttft_ms <= ttft_target_ms))
+
+
+def search_prefill(
+    requests: Sequence[TraceRequest],
+    start: int,
+    settings: ClusterSettings,
+    ttft_target_ms: float,
+    attainment: float,
+    max_workers: int = 256,
+) -> int:
+    """Smallest n >= start whose prefill fleet meets the TTFT target for ``attainment`` of requests."""
+    n = max(start, 1)
+    while n < max_workers and prefill_meets_ttft(requests, n, settings, ttft_target_ms) < attainment:
+        n += 1
+    return n
+
+
 def oracle(
     trace: Sequence[TraceRequest],
     settings: ClusterSettings,
     itl_target_ms: float,
     *,
+    ttft_target_ms: float | None = 500.0,
+    attainment: float = 0.99,
     interval_s: float = 60.0,
     horizon_s: float | None = None,
     min_replicas: int = 1,
 ) -> OracleResult:
+    """``ttft_target_ms=None``: prefill by the rate bound alone (cheap; used to scale trace rates)."""
     if interval_s <= 0:
         raise ValueError(f"interval_s: must be > 0, got {interval_s}")
     horizon = horizon_s if horizon_s is not None else (trace[-1].arrival_s if trace else 0.0)
@@ -135,12 +170,21 @@ def oracle(
             rate = decode_rate_tok_per_s(settings, itl_target_ms, ctx_w[i] / out_tok[i])
             d_need[i] = out_tok[i] / interval_s / rate / settings.gpus_per_decode
     floor = max(min_replicas, 0)
+    prefill = np.maximum(np.ceil(p_need - 1e-9), floor).astype(np.int64)
+    if ttft_target_ms is not None:
+        bounds = np.searchsorted(idx, np.arange(n_bins + 1))  # idx is sorted: the trace is
+        for i in range(n_bins):
+            chunk = trace[int(bounds[i]) : int(bounds[i + 1])]
+            if chunk:
+                found = search_prefill(chunk, int(prefill[i]), settings, ttft_target_ms, attainment)
+                prefill[i] = max(found, floor)
+                p_need[i] = max(p_need[i], float(found))
     return OracleResult(
         interval_s=interval_s,
         horizon_s=horizon,
         prefill_need=p_need,
         decode_need=d_need,
-        prefill=np.maximum(np.ceil(p_need - 1e-9), floor).astype(np.int64),
+        prefill=prefill,
         decode=np.maximum(np.ceil(d_need - 1e-9), floor).astype(np.int64),
         gpus_per_prefill=settings.gpus_per_prefill,
         gpus_per_decode=settings.gpus_per_decode,

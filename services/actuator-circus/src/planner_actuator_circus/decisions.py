@@ -81,6 +81,15 @@ class DecisionFeed:
                 self.bus.count_bad(self.subjects.decision(), exc.reason)
         return out, list(msgs)
 
+    async def close(self) -> None:
+        """Drop the pull subscription (a pending fetch would otherwise hold up the NATS drain)."""
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except (nats.errors.Error, TimeoutError):
+                pass
+
     @staticmethod
     async def ack_all(msgs: list[Any]) -> None:
         for m in msgs:

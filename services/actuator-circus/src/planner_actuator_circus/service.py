@@ -129,6 +129,8 @@ class CircusActuator(Service[CircusActuatorSettings]):
 
     async def cleanup(self) -> None:
         # Workers are left running on purpose: a restarted actuator adopts them.
+        if hasattr(self, "feed"):
+            await self.feed.close()
         self.circus.close()
 
     def health_detail(self) -> dict[str, object]:

@@ -27,6 +27,7 @@ from planner_engine_sim.settings import EngineSimSettings
 from planner_engine_sim.streams import Outbox, StreamTable, error_chunk
 from planner_engine_sim.timing_select import TimingChoice, choose_timing
 from planner_proto import (
+    Component,
     EngineCapabilities,
     EngineInfo,
     ForwardPassMetrics,
@@ -65,9 +66,9 @@ class EngineSimService(Service[EngineSimSettings]):
     def __init__(self, settings: EngineSimSettings) -> None:
         super().__init__(settings)
         self.worker_id = settings.worker_id or f"sim-{os.getpid()}"
-        self.role = EngineRole(settings.component.value)
+        self.role = EngineRole(str(settings.component))
         self.request_subject = self.subjects.generate(self.worker_id)
-        self.key = self.subjects.engine_key(settings.component.value, self.worker_id)
+        self.key = self.subjects.engine_key(str(settings.component), self.worker_id)
         self.metrics = EngineMetrics(self)
         self.streams = StreamTable(self.worker_id, self.role is EngineRole.PREFILL)
         self.pacer = Pacer(settings.time_compression, settings.max_lag_s)
@@ -113,7 +114,7 @@ class EngineSimService(Service[EngineSimSettings]):
         self.log.info(
             "engine_configured",
             worker_id=self.worker_id,
-            component=s.component.value,
+            component=str(s.component),
             timing=self.choice.kind,
             timing_source=self.choice.source,
             num_gpu_blocks=self.choice.num_gpu_blocks,
@@ -172,7 +173,7 @@ class EngineSimService(Service[EngineSimSettings]):
         host = "127.0.0.1" if s.zmq_host in ("*", "0.0.0.0", "") else s.zmq_host
         return EngineInfo(
             namespace=s.namespace,
-            component=s.component,
+            component=Component(s.component),
             worker_id=self.worker_id,
             zmq_endpoint=f"tcp://{host}:{self.publisher.port}",
             engine_kind="engine-sim",

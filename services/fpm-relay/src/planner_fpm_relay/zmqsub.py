@@ -9,6 +9,7 @@ decides what to do (the service reopens the socket).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import zmq
 import zmq.asyncio
@@ -42,6 +43,7 @@ class EngineSubscription:
         self.target = target
         self.subject = subject
         self.last_seq: int | None = None
+        self.bound_metrics: tuple[Any, Any, Any] | None = None
         self.closed = False
         self._out = out
         self._max_batch = max_batch

@@ -72,10 +72,13 @@ class IntervalStats:
             return sum(xs) / len(xs) * scale if xs else None
 
         n = self.arrivals
+        # Durations on the wire are model (GPU) time, like the latencies: with engines running
+        # `latency_scale` times faster than a real GPU, a wall interval covers that much model time,
+        # so rates computed downstream (count / interval) are real-GPU rates. start_s stays wall clock.
         return TrafficSample(
             namespace=namespace,
             start_s=start_s,
-            interval_s=interval_s,
+            interval_s=interval_s * latency_scale,
             num_requests=float(n),
             mean_isl_tokens=self.isl_sum / n if n else None,
             mean_osl_tokens=self.osl_sum / n if n else None,

@@ -35,11 +35,14 @@ class RegressionSettings(BaseSettings, frozen=True, kw_only=True):
     fit_method: Literal["robust", "ols"] = "robust"
     retention: Literal["bucketed", "fifo"] = "bucketed"
     avg_window: Annotated[int, Meta(ge=1, le=100_000)] = 64
-    fit_passes_per_worker: Annotated[int, Meta(ge=1, le=1024)] = 8
+    fit_passes_per_worker: Annotated[int, Meta(ge=1, le=1024)] = 4
     """At most this many of a worker's most recent passes are fitted per tick (the rest only update
     its load picture): the hot path stays O(1) per message and the fit cost per tick is bounded."""
-    max_fit_passes_per_tick: Annotated[int, Meta(ge=1, le=1_000_000)] = 2000
-    """Cap on passes fitted per component per tick, shared across its workers."""
+    max_fit_passes_per_tick: Annotated[int, Meta(ge=1, le=1_000_000)] = 64
+    """Cap on passes fitted per component per tick, shared across its workers. A fitted pass costs
+    ~0.1 ms (bucketed retention) and the store keeps only ``max_samples``, so more buys nothing."""
+    max_pending_messages: Annotated[int, Meta(ge=1000, le=100_000_000)] = 1_000_000
+    """FPMs buffered in the client before NATS reports this service a slow consumer."""
     kv_hit_rate: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.0
     """Prefix-cache hit rate used by the TTFT estimate (engines do not report it per request)."""
 

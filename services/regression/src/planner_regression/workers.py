@@ -38,12 +38,6 @@ class WorkerTrack:
         self.seen_count = 0
         self.last_seen_s = 0.0
 
-    def take_fpm(self, fpm: ForwardPassMetrics) -> None:
-        self.latest = fpm
-        self.received += 1
-        if fpm.wall_time > 0.0:
-            self.pending.append(fpm)
-
     def take_sample(self, sample: WorkerLoadSample) -> None:
         self.sample = sample
         self.received += 1

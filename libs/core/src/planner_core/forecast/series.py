@@ -41,7 +41,7 @@ class ForecastConfig:
     kalman_p0: float = 1000.0
     kalman_min_points: int = 1
     arima_select_every: int = 24
-    arima_refit_every: int = 6
+    arima_refit_every: int = 8
     auto_candidates: tuple[str, ...] = AUTO_CANDIDATES
     auto_window: int = 12
     auto_min_scored: int = 3

@@ -1,0 +1,99 @@
+"""The decision stream as an actuator reads it: a durable JetStream pull consumer, newest wins.
+
+(The circus actuator has a twin of this module: services may not import each other. It belongs in
+planner_runtime once that package can be changed.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import NotFoundError
+
+from planner_proto import DecodeError, ScalingDecision, Subjects, decode
+from planner_runtime.bus import Bus
+
+
+@dataclass
+class Selection:
+    apply: ScalingDecision | None = None
+    superseded: list[ScalingDecision] = field(default_factory=list)
+    """Newer than the last applied one but older than ``apply``: skipped, acked ``superseded``."""
+    ignored: list[ScalingDecision] = field(default_factory=list)
+    """Not newer than the last applied one, advisory, or for another namespace."""
+
+
+def select(decisions: list[ScalingDecision], last_applied_id: int, namespace: str) -> Selection:
+    """Pick the newest applicable decision from a batch (table-tested in tests/unit/actuators)."""
+    sel = Selection()
+    fresh: list[ScalingDecision] = []
+    for d in decisions:
+        if d.advisory or d.namespace != namespace or d.decision_id <= last_applied_id:
+            sel.ignored.append(d)
+        else:
+            fresh.append(d)
+    if fresh:
+        fresh.sort(key=lambda d: d.decision_id)
+        sel.apply = fresh[-1]
+        sel.superseded = [d for d in fresh[:-1] if d.decision_id != sel.apply.decision_id]
+        sel.ignored.extend(d for d in fresh[:-1] if d.decision_id == sel.apply.decision_id)
+    return sel
+
+
+class DecisionFeed:
+    """Durable consumer ``{durable}`` on the decision stream; a restarted actuator resumes there."""
+
+    def __init__(self, bus: Bus, subjects: Subjects, durable: str) -> None:
+        self.bus = bus
+        self.subjects = subjects
+        self.durable = durable
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        stream = self.subjects.decision_stream()
+        try:
+            await self.bus.js.stream_info(stream)
+        except NotFoundError:
+            # The decider normally creates it; creating it here only when absent never changes
+            # a stream someone else configured.
+            await self.bus.ensure_stream(stream, [self.subjects.decision()])
+        self._sub = await self.bus.js.pull_subscribe(
+            self.subjects.decision(), durable=self.durable, stream=stream
+        )
+
+    async def fetch(self, timeout_s: float) -> tuple[list[ScalingDecision], list[Any]]:
+        """Up to 64 pending decisions (undecodable ones are counted and dropped) and their messages,
+        which the caller acks once it has recorded what it did with them."""
+        if self._sub is None:
+            raise RuntimeError("DecisionFeed.start() was not called")
+        try:
+            msgs = await self._sub.fetch(batch=64, timeout=timeout_s)
+        except (NatsTimeoutError, TimeoutError):
+            return [], []
+        out: list[ScalingDecision] = []
+        for m in msgs:
+            try:
+                out.append(decode(m.data, ScalingDecision))
+            except DecodeError as exc:
+                self.bus.count_bad(self.subjects.decision(), exc.reason)
+        return out, list(msgs)
+
+    async def close(self) -> None:
+        """Drop the pull subscription (a pending fetch would otherwise hold up the NATS drain)."""
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except (nats.errors.Error, TimeoutError):
+                pass
+
+    @staticmethod
+    async def ack_all(msgs: list[Any]) -> None:
+        for m in msgs:
+            try:
+                await m.ack()
+            except (nats.errors.Error, TimeoutError):
+                pass  # redelivered later, and then ignored as not newer than the last applied one

@@ -1,0 +1,199 @@
+"""The decider over a real nats-server: ids, restarts, ack waits and timeouts, advisory, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from planner_decider.ids import DecisionIds
+from planner_proto import AckStatus, Reason, ScalingAck
+from planner_proto.subjects import STATE_BUCKET
+from planner_runtime.natsd import NatsServer
+
+from .decider_helpers import (
+    SUBJECTS,
+    Collector,
+    connect,
+    feed,
+    settings,
+    start_decider,
+    stream_decisions,
+    wait_until,
+    write_profile,
+)
+
+pytestmark = pytest.mark.integration
+
+
+async def ack(bus, decision_id: int, status: AckStatus = AckStatus.COMPLETED) -> None:  # type: ignore[no-untyped-def]
+    await bus.publish(SUBJECTS.ack(), ScalingAck(decision_id=decision_id, actuator_id="test", status=status))
+    await bus.nc.flush()
+
+
+async def test_ids_increase_on_the_stream_and_survive_a_restart(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    s = settings(nats_server.url, write_profile(tmp_path))
+    bus = await connect(nats_server.url)
+    seen = await Collector().start(bus)
+    dec = await start_decider(s)
+    try:
+        await feed(bus, 250)  # need 2.5 -> 3 each
+        (d1,) = await seen.wait_count(1)
+        assert d1.decision_id == 1 and d1.targets == {"prefill": 3, "decode": 3}
+        assert d1.reasons == {"prefill": Reason.SCALE_UP, "decode": Reason.SCALE_UP}
+        assert not d1.advisory
+        await ack(bus, 1)
+        await wait_until(lambda: not dec.svc.book.in_progress, 5)
+        await feed(bus, 450, 3, 3)
+        d2 = (await seen.wait_count(2))[1]
+        assert d2.decision_id == 2 and d2.targets == {"prefill": 5, "decode": 5}
+        assert dec.metric("planner_decision_id") == 2
+        assert dec.metric("planner_decisions_total", {"component": "prefill", "reason": "scale_up"}) == 2
+    finally:
+        assert await dec.stop() == 0
+
+    # a new decider carries on: the id from KV, the last targets from the stream
+    dec = await start_decider(s)
+    try:
+        assert dec.svc.ids is not None and dec.svc.ids.value == 2
+        assert dec.svc.book.last_issued == {"prefill": 5, "decode": 5}
+        await feed(bus, 150, 5, 5)  # need 1.5 -> 2
+        d3 = (await seen.wait_count(3))[2]
+        assert d3.decision_id == 3 and d3.targets == {"prefill": 2, "decode": 2}
+        assert d3.previous == {"prefill": 5, "decode": 5}
+    finally:
+        assert await dec.stop() == 0
+    on_stream = await stream_decisions(bus)
+    assert [d.decision_id for d in on_stream] == [1, 2, 3]
+    kv = await bus.kv(STATE_BUCKET)
+    assert (await kv.get(SUBJECTS.state_key("decider", "decision_id"))).value == b"3"
+    await bus.close()
+
+
+async def test_waits_for_completed_then_proceeds_after_the_timeout(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    s = settings(nats_server.url, write_profile(tmp_path), ack_timeout_s=2.0)
+    bus = await connect(nats_server.url)
+    seen = await Collector().start(bus)
+    dec = await start_decider(s)
+    try:
+        await feed(bus, 250)
+        await seen.wait_count(1)
+        assert dec.svc.book.in_progress == {"prefill", "decode"}
+        await feed(bus, 450)
+        await asyncio.sleep(0.6)
+        assert len(seen.decisions) == 1  # held: waiting for decision 1
+        await ack(bus, 1, AckStatus.ACCEPTED)
+        await asyncio.sleep(0.4)
+        assert len(seen.decisions) == 1  # accepted is not completed
+        await ack(bus, 1)
+        d2 = (await seen.wait_count(2, 1.5))[1]
+        assert d2.targets == {"prefill": 5, "decode": 5} and d2.reasons["prefill"] is Reason.SCALE_UP
+        # no ack for decision 2: the next change waits ack_timeout_s, then goes out saying so
+        await feed(bus, 550)
+        await asyncio.sleep(0.6)
+        assert len(seen.decisions) == 2
+        d3 = (await seen.wait_count(3, 5))[2]
+        assert d3.targets == {"prefill": 6, "decode": 6}
+        assert d3.reasons == {"prefill": Reason.ACK_TIMEOUT, "decode": Reason.ACK_TIMEOUT}
+        assert d3.diagnostics["policy_reasons"] == {"prefill": "scale_up", "decode": "scale_up"}
+        assert d3.issued_at_s - d2.issued_at_s >= 1.9
+        assert dec.metric("planner_ack_timeouts_total") == 2  # one per component
+        assert dec.metric("planner_decisions_total", {"component": "decode", "reason": "ack_timeout"}) == 1
+    finally:
+        assert await dec.stop() == 0
+        await bus.close()
+
+
+async def test_advisory_decisions_are_flagged_and_need_no_ack(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    s = settings(nats_server.url, write_profile(tmp_path), advisory=True)
+    bus = await connect(nats_server.url)
+    seen = await Collector().start(bus)
+    dec = await start_decider(s)
+    try:
+        await feed(bus, 250)
+        await seen.wait_count(1)
+        await feed(bus, 450)
+        d1, d2 = await seen.wait_count(2)
+        assert d1.advisory and d2.advisory
+        assert d2.targets == {"prefill": 5, "decode": 5}
+    finally:
+        assert await dec.stop() == 0
+        await bus.close()
+
+
+async def test_bad_input_messages_are_counted_and_dropped(nats_server: NatsServer, tmp_path: Path) -> None:
+    report = tmp_path / "out" / "report.html"
+    s = settings(nats_server.url, write_profile(tmp_path), report_path=str(report), report_interval_s=0.2)
+    bus = await connect(nats_server.url)
+    seen = await Collector().start(bus)
+    dec = await start_decider(s)
+    try:
+        for subject, payload in (
+            (SUBJECTS.state("prefill"), b"not json"),
+            (SUBJECTS.forecast(), b'{"namespace": "t"}'),
+            (SUBJECTS.replicas(), b'{"namespace": ]'),
+            (SUBJECTS.ack(), b'{"decision_id": 0, "actuator_id": "x", "status": "completed"}'),
+            (SUBJECTS.traffic(), b"{}"),
+        ):
+            await bus.publish_raw(subject, payload)
+        await bus.nc.flush()
+        await wait_until(
+            lambda: (
+                dec.metric("planner_bad_messages_total", {"subject": SUBJECTS.ack(), "reason": "invalid"})
+                == 1
+            ),
+            5,
+        )
+        assert (
+            dec.metric("planner_bad_messages_total", {"subject": SUBJECTS.state(), "reason": "malformed"})
+            == 1
+        )
+        assert (
+            dec.metric("planner_bad_messages_total", {"subject": SUBJECTS.forecast(), "reason": "invalid"})
+            == 1
+        )
+        assert (
+            dec.metric("planner_bad_messages_total", {"subject": SUBJECTS.replicas(), "reason": "malformed"})
+            == 1
+        )
+        # still deciding
+        await feed(bus, 250)
+        (d1,) = await seen.wait_count(1)
+        assert d1.decision_id == 1
+        await wait_until(
+            lambda: dec.metric("planner_observed_replicas", {"component": "prefill", "state": "ready"}) == 1,
+            5,
+        )
+        assert dec.metric("planner_predicted_requests") == 250
+        assert dec.metric("planner_desired_replicas", {"component": "decode"}) == 3
+        await asyncio.sleep(0.3)
+        assert dec.metric("planner_gpu_hours_total") > 0
+    finally:
+        assert await dec.stop() == 0
+        await bus.close()
+    text = report.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "<svg" in text
+    assert "prefill 1&rarr;3 (scale_up)" in text
+
+
+async def test_two_writers_never_take_the_same_id(nats_server: NatsServer) -> None:
+    bus = await connect(nats_server.url)
+    try:
+        kv = await bus.kv(STATE_BUCKET)
+        key = SUBJECTS.state_key("decider", "decision_id")
+        a, b = DecisionIds(kv, key), DecisionIds(kv, key)
+        await a.load()
+        await b.load()
+        ids = [await a.next(), await b.next(), await a.next(), await b.next()]
+        # each writer after the other loses the compare-and-set once, re-reads, and takes the next id
+        assert ids == [1, 2, 3, 4]
+        assert (a.conflicts, b.conflicts) == (1, 2)
+    finally:
+        await bus.close()

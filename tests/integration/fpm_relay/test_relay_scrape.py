@@ -1,0 +1,94 @@
+"""Scrape adapters end to end: a fake engine /metrics endpoint (vLLM text, then an error status) is
+polled and published as WorkerLoadSample on the load subject."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from planner_proto import Component, EngineCapabilities, EngineInfo, Subjects, WorkerLoadSample, encode
+from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
+from planner_runtime.natsd import NatsServer
+
+from .relay_helpers import NS, connect, in_process_relay, wait_until
+
+pytestmark = pytest.mark.integration
+
+FIXTURES = Path(__file__).parent.parent.parent / "unit" / "fpm_relay" / "fixtures"
+
+
+class FakeMetricsServer:
+    def __init__(self, body: str) -> None:
+        self.body = body
+        self.status = 200
+        self.hits = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/metrics"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        self.hits += 1
+        data = self.body.encode()
+        writer.write(
+            f"HTTP/1.1 {self.status} X\r\nContent-Type: text/plain\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        await writer.drain()
+        writer.close()
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+async def test_scrape_adapters_publish_load_samples(nats_server: NatsServer) -> None:
+    subjects = Subjects(ns=NS)
+    bus = await connect(nats_server.url)
+    vllm = FakeMetricsServer((FIXTURES / "vllm.txt").read_text())
+    llama = FakeMetricsServer((FIXTURES / "llamacpp.txt").read_text())
+    try:
+        vllm_url, llama_url = await vllm.start(), await llama.start()
+        kv = await bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
+        caps = EngineCapabilities(num_gpu_blocks=100, block_size_tokens=16)
+        await kv.put(
+            subjects.engine_key("agg", "l0"),
+            encode(EngineInfo(namespace=NS, component=Component.AGG, worker_id="l0", metrics_url=llama_url,
+                              engine_kind="llamacpp", capabilities=caps)),
+        )  # fmt: skip
+        got: dict[str, WorkerLoadSample] = {}
+
+        async def on_load(msg: WorkerLoadSample, subject: str) -> None:
+            got[subject] = msg
+
+        await bus.subscribe(subjects.load(), WorkerLoadSample, on_load)
+        async with in_process_relay(nats_server.url, static_engines=[f"decode:v0=vllm+{vllm_url}"]) as relay:
+            await wait_until(lambda: len(got) == 2, 10, "a load sample from each engine")
+            v = got[subjects.load("decode", "v0")]
+            assert (v.engine_kind, v.running_requests, v.waiting_requests, v.kv_usage) == ("vllm", 5, 4, 0.42)
+            assert (v.prompt_tokens_total, v.generation_tokens_total) == (1234.0, 506.0)
+            lc = got[subjects.load("agg", "l0")]
+            assert (lc.running_requests, lc.waiting_requests, lc.kv_usage, lc.max_kv_tokens) == (
+                2,
+                1,
+                0.125,
+                1600,
+            )
+
+            vllm.status = 500
+            hits = vllm.hits
+            await wait_until(lambda: vllm.hits > hits + 1, 5, "scrapes of the failing endpoint")
+            failed = relay.registry.get_sample_value(
+                "planner_fpm_scrapes_total", {"component": "decode", "worker": "v0", "result": "status"}
+            )
+            assert failed is not None and failed >= 1
+            assert relay.scrapes.keys() == {"decode.v0", "agg.l0"}
+    finally:
+        await vllm.close()
+        await llama.close()
+        await bus.close()

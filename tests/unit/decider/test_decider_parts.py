@@ -1,0 +1,128 @@
+"""Settings, profile discovery, the report and `planner ack --ready` parsing."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from planner_cli.commands.ack import parse_ready
+from planner_core.policy import PolicyConfig, PolicyKind
+from planner_core.profile import save_decode, save_prefill
+from planner_decider.capacity import default_profile_dir, load_capacity, profile_files
+from planner_decider.report import DecisionRow, History, TickPoint, render_html, svg_chart
+from planner_decider.settings import DeciderSettings
+from planner_runtime.settings import SettingsError, load_settings
+
+from .decider_helpers import profiles
+
+
+def test_every_policy_knob_is_a_setting_with_the_same_default() -> None:
+    s = load_settings(DeciderSettings, env={})
+    assert {f.name for f in fields(PolicyConfig)} <= set(DeciderSettings.__struct_fields__)
+    assert s.policy_config() == PolicyConfig()
+    assert s.ack_timeout_s == 1800.0 and s.throughput_interval_s == 180.0 and s.load_interval_s == 5.0
+
+
+def test_settings_from_env_yaml_and_flags(tmp_path: Path) -> None:
+    cfg = tmp_path / "decider.yaml"
+    cfg.write_text("policy: load\nttft_target_ms: 300\nadvisory: true\ncomponents: [prefill, decode]\n")
+    s = load_settings(
+        DeciderSettings,
+        flags={"itl_target_ms": 20.0},
+        env={"PLANNER_MAX_GPU_BUDGET": "16", "PLANNER_ACK_TIMEOUT_S": "60"},
+        config_file=cfg,
+    )
+    pc = s.policy_config()
+    assert pc.policy is PolicyKind.LOAD and pc.ttft_target_ms == 300 and pc.itl_target_ms == 20
+    assert pc.advisory and pc.max_gpu_budget == 16 and s.ack_timeout_s == 60
+    assert s.components == ["prefill", "decode"]
+    assert s.tick_s() == 5.0  # load interval; ack_poll_s 10 s is the upper bound
+
+
+@pytest.mark.parametrize(
+    ("flags", "names"),
+    [
+        ({"sensitivity": 1.5}, "sensitivity"),
+        ({"tolerance": -0.1}, "tolerance"),
+        ({"max_gpu_budget": -2}, "max_gpu_budget"),
+        ({"ack_timeout_s": 0}, "ack_timeout_s"),
+        ({"policy": "magic"}, "policy"),
+        ({"components": "prefill,gpu"}, "components"),
+        ({"no_such_knob": 1}, "no_such_knob"),
+    ],
+)
+def test_bad_settings_name_the_field(flags: dict[str, object], names: str) -> None:
+    with pytest.raises(SettingsError, match=names):
+        load_settings(DeciderSettings, flags=flags, env={})
+
+
+def test_profile_files_prefer_reference_names_then_any(tmp_path: Path) -> None:
+    pre, dec = profiles()
+    save_prefill(pre, tmp_path / "my_prefill.json")
+    save_decode(dec, tmp_path / "my_decode.npz")
+    assert profile_files(tmp_path) == (tmp_path / "my_prefill.json", tmp_path / "my_decode.npz")
+    cap = load_capacity(tmp_path)
+    assert cap.prefill.thpt_per_gpu(3000.0) == pytest.approx(28000.0)
+    with pytest.raises(FileNotFoundError, match="decode"):
+        (tmp_path / "my_decode.npz").unlink()
+        profile_files(tmp_path)
+
+
+def test_default_profile_dir_is_the_shared_h200_data(shared_data: Path) -> None:
+    found = default_profile_dir()
+    assert found == (shared_data / "dynamo").resolve()
+
+
+def test_report_has_charts_and_an_escaped_decision_log() -> None:
+    h = History(max_points=3)
+    for i in range(5):  # bounded: only the last 3 ticks stay
+        h.add_tick(
+            TickPoint(
+                at_s=1000.0 + 60 * i,
+                forecast_requests=10.0 * i,
+                observed_requests=9.0 * i,
+                desired={"prefill": 1 + i},
+                ready={"prefill": 1 + i // 2},
+                est_ttft_ms={"prefill": 400.0 + i},
+                est_itl_ms=30.0,
+            )
+        )
+    h.add_decision(
+        DecisionRow(
+            decision_id=7,
+            at_s=1100.0,
+            targets={"prefill": 3},
+            previous={"prefill": 2},
+            reasons={"prefill": "scale_up"},
+            advisory=True,
+            note="<held>",
+        )
+    )
+    page = render_html(h, "t <ns>", 500.0, 50.0, 1300.0)
+    assert len(h.ticks) == 3 and "3 ticks, 1 decisions" in page
+    assert page.count("<svg") == 4 and "TTFT target" in page and "ITL target" in page
+    assert "prefill 2&rarr;3 (scale_up)" in page and "&lt;held&gt;" in page and "t &lt;ns&gt;" in page
+
+
+def test_empty_chart_says_so() -> None:
+    assert "no data yet" in svg_chart("x", {"a": []})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("prefill=2,decode=3", {"prefill": 2, "decode": 3}),
+        (" agg = 1 ", {"agg": 1}),
+        ("", {}),
+    ],
+)
+def test_parse_ready(text: str, expected: dict[str, int]) -> None:
+    assert parse_ready(text) == expected
+
+
+@pytest.mark.parametrize("text", ["prefill", "prefill=x", "=2", "decode=-1"])
+def test_parse_ready_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="--ready"):
+        parse_ready(text)
