@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
@@ -69,7 +70,7 @@ class State:
 
 
 class Actuator:
-    def __init__(self, nc: nats.NATS, args: argparse.Namespace) -> None:
+    def __init__(self, nc: Client, args: argparse.Namespace) -> None:
         self.nc = nc
         self.args = args
         self.subjects = Subjects(ns=args.namespace, prefix=args.subject_prefix)

@@ -124,7 +124,7 @@ def _stop_everything(c: Circusd) -> None:
     if c.proc.poll() is None:
         c.proc.send_signal(signal.SIGTERM)
         try:
-            c.proc.wait(timeout=10)
+            c.proc.wait(timeout=3)
         except subprocess.TimeoutExpired:
             c.proc.kill()
             c.proc.wait(timeout=5)

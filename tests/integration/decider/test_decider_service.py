@@ -10,6 +10,7 @@ import pytest
 from planner_decider.ids import DecisionIds
 from planner_proto import AckStatus, Reason, ScalingAck
 from planner_proto.subjects import STATE_BUCKET
+from planner_runtime.bus import Bus
 from planner_runtime.natsd import NatsServer
 
 from .decider_helpers import (
@@ -27,7 +28,7 @@ from .decider_helpers import (
 pytestmark = pytest.mark.integration
 
 
-async def ack(bus, decision_id: int, status: AckStatus = AckStatus.COMPLETED) -> None:  # type: ignore[no-untyped-def]
+async def ack(bus: Bus, decision_id: int, status: AckStatus = AckStatus.COMPLETED) -> None:
     await bus.publish(SUBJECTS.ack(), ScalingAck(decision_id=decision_id, actuator_id="test", status=status))
     await bus.nc.flush()
 

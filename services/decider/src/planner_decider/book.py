@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from planner_core.policy import DecisionResult
 from planner_proto import AckStatus, Reason, ScalingAck
 
-
 _MOVES = {1: Reason.SCALE_UP, -1: Reason.SCALE_DOWN, 0: Reason.NO_CHANGE}
 
 

@@ -68,7 +68,7 @@ class DeciderService(Service[DeciderSettings]):
 
     # ---- lifecycle ----------------------------------------------------------------------------
     async def setup(self) -> None:
-        self._load_profile()
+        await self._load_profile()
         s = self.subjects
         await self.bus.ensure_stream(s.decision_stream(), [s.decision()])
         kv = await self.bus.kv(STATE_BUCKET)
@@ -105,7 +105,7 @@ class DeciderService(Service[DeciderSettings]):
             "last_issued": dict(self.book.last_issued),
         }
 
-    def _load_profile(self) -> None:
+    async def _load_profile(self) -> None:
         if self.cfg.policy not in (PolicyKind.THROUGHPUT, PolicyKind.COMBINED):
             return
         folder = Path(self.settings.profile_dir) if self.settings.profile_dir else default_profile_dir()
@@ -113,7 +113,8 @@ class DeciderService(Service[DeciderSettings]):
             self.log.warning("no_profile", detail="throughput mode has no profile: set profile_dir")
             return
         try:
-            capacity = load_capacity(folder)
+            # building the decode grid takes a while: keep the event loop (and NATS pings) responsive
+            capacity = await asyncio.to_thread(load_capacity, folder)
         except (OSError, ProfileError) as exc:
             self.log.error("profile_unusable", profile_dir=str(folder), error=str(exc))
             return

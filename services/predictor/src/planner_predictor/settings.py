@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from planner_core.forecast import ForecastConfig
+from planner_core.forecast import ForecastConfig, prophet_available
 from planner_runtime.settings import BaseSettings
 
 ModelName = Literal["constant", "moving_average", "holt", "arima", "kalman", "prophet", "auto"]
@@ -48,6 +48,8 @@ class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
             raise ValueError(f"warm_start: no such file {self.warm_start!r}")
         if self.warm_start and Path(self.warm_start).suffix.lower() not in (".csv", ".jsonl", ".json"):
             raise ValueError("warm_start: expected an Azure .csv or a Mooncake .jsonl trace")
+        if self.model == "prophet" and not prophet_available():
+            raise ValueError("model: prophet is not installed (install the optional prophet extra)")
         if self.source == "prometheus" and not self.prometheus_url.startswith(("http://", "https://")):
             raise ValueError(
                 f"prometheus_url must start with http:// or https://, got {self.prometheus_url!r}"

@@ -43,7 +43,7 @@ class ForecastConfig:
     arima_select_every: int = 24
     arima_refit_every: int = 8
     auto_candidates: tuple[str, ...] = AUTO_CANDIDATES
-    auto_window: int = 12
+    auto_window: int = 30
     auto_min_scored: int = 3
 
     def __post_init__(self) -> None:
