@@ -163,7 +163,13 @@ async def test_warm_start_from_trace(
     fcs = Forecasts()
     await client.subscribe(SUBJECTS.forecast(), LoadForecast, fcs.on)
     svc = PredictorService(
-        make_settings(nats_server.url, model="auto", warm_start=str(trace), min_intervals=5)
+        make_settings(
+            nats_server.url,
+            model="auto",
+            auto_candidates=["constant", "moving_average", "holt", "kalman"],
+            warm_start=str(trace),
+            min_intervals=5,
+        )
     )
     run = asyncio.create_task(svc.run())
     try:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
+import msgspec
 from msgspec import Meta
 
-from planner_core.forecast import ForecastConfig, prophet_available
+from planner_core.forecast import AUTO_CANDIDATES, ForecastConfig, prophet_available
 from planner_runtime.settings import BaseSettings
 
 ModelName = Literal["constant", "moving_average", "holt", "arima", "kalman", "prophet", "auto"]
@@ -24,6 +25,8 @@ class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
     model: ModelName = "auto"
     """``auto`` backtests constant, moving average, Holt, ARIMA and Kalman online and uses the one with
     the lowest recent one-step error (the reference always uses ARIMA)."""
+    auto_candidates: list[ModelName] = msgspec.field(default_factory=lambda: list(AUTO_CANDIDATES))
+    """Models ``auto`` backtests and chooses from (drop ``arima`` to save CPU on long warm starts)."""
     log1p: bool = False
     """Model the series on a log1p scale (multiplicative noise, bursty traffic)."""
     upper_quantile: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.9
@@ -48,7 +51,9 @@ class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
             raise ValueError(f"warm_start: no such file {self.warm_start!r}")
         if self.warm_start and Path(self.warm_start).suffix.lower() not in (".csv", ".jsonl", ".json"):
             raise ValueError("warm_start: expected an Azure .csv or a Mooncake .jsonl trace")
-        if self.model == "prophet" and not prophet_available():
+        if not self.auto_candidates or "auto" in self.auto_candidates:
+            raise ValueError("auto_candidates: name one or more models other than auto")
+        if "prophet" in (self.model, *self.auto_candidates) and not prophet_available():
             raise ValueError("model: prophet is not installed (install the optional prophet extra)")
         if self.source == "prometheus" and not self.prometheus_url.startswith(("http://", "https://")):
             raise ValueError(
@@ -61,6 +66,7 @@ class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
             log1p=self.log1p,
             upper_quantile=self.upper_quantile,
             interval_s=self.interval_s,
+            auto_candidates=tuple(self.auto_candidates),
         )
 
     def label_filters(self) -> dict[str, str]:
