@@ -243,7 +243,10 @@ def main() -> None:
     engine: dict[str, dict[str, float]] = {}
     for comp in (Component.PREFILL, Component.DECODE, Component.AGG):
         runs = [run_engine(comp, timing, seed, args.duration_s) for seed in range(args.seeds)]
-        engine[comp.value] = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
+        # A run whose fit was rejected (negative slope) has no MAPE: average the others, count it.
+        engine[comp.value] = {k: float(np.nanmean([r[k] for r in runs])) for k in runs[0]}
+        for k in VARIANTS:
+            engine[comp.value][f"{k} not_ready_runs"] = float(sum(math.isnan(r[k]) for r in runs))
     result["engine_mape_pct"] = engine
     profiles = {
         "llama8b-h200 prefill": ("prefill", DATA / "h200_llama31_8b_fp8_tp1_prefill_raw_data.npz"),
@@ -268,12 +271,12 @@ def main() -> None:
     names = list(VARIANTS)
     head = f"{'MAPE %':28s}" + "".join(f"{n:>26s}" for n in names)
     print("Engine passes (planner_core.engine scheduler + CalibratedTiming on the H200 Llama-8B profile;")
-    print(f"5% noise, 3% stalls x2-5, a cold worker joins at the step; {args.seeds} seeds; held-back passes)")
+    print(f"5% noise, 3% stalls x2-5, a cold worker joins at the step; {args.seeds} seeds; held-back passes;")
+    print("'rej.' = runs whose final fit was rejected for a negative slope, left out of the mean)")
     print(head)
     for comp, row in engine.items():
-        print(
-            f"{comp + ' (' + str(int(row['fed'])) + ' fed)':28s}" + "".join(f"{row[n]:26.2f}" for n in names)
-        )
+        cells = "".join(f"{row[n]:18.2f} ({int(row[n + ' not_ready_runs'])} rej.)" for n in names)
+        print(f"{comp + ' (' + str(int(row['fed'])) + ' fed)':28s}" + cells)
     print("\nReal profile points (noisy stream drawn from the points; MAPE on the clean points)")
     print(head)
     for name, row in prof.items():

@@ -177,7 +177,8 @@ async def test_warm_start_from_trace(
         assert fc.reason == ""
         assert fc.num_requests == pytest.approx(8.0, rel=0.2)
         assert fc.mean_isl_tokens == pytest.approx(500.0) and fc.mean_osl_tokens == pytest.approx(50.0)
-        assert fc.num_requests_upper is not None and fc.num_requests_upper >= fc.num_requests
+        assert fc.num_requests is not None and fc.num_requests_upper is not None
+        assert fc.num_requests_upper >= fc.num_requests
     finally:
         svc.request_stop()
         assert await asyncio.wait_for(run, 15) == 0

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -205,65 +205,75 @@ async def test_fit_heartbeats_cold_start_and_bad_payloads(
         assert await asyncio.wait_for(run, 15) == 0
 
 
-def start_process(url: str, port: int, *extra: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "planner_regression",
-            "--nats-url",
-            url,
-            "--namespace",
-            NS,
-            "--http-port",
-            str(port),
-            "--tick-s",
-            "0.2",
-            "--fit-passes-per-worker",
-            "64",
-            *extra,
-        ],
-        env={**os.environ},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+def start_process(url: str, port: int, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    with log.open("ab") as fh:  # a file, not a pipe: a full pipe would block the service's logging
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "planner_regression",
+                "--nats-url",
+                url,
+                "--namespace",
+                NS,
+                "--http-port",
+                str(port),
+                "--tick-s",
+                "0.2",
+                "--fit-passes-per-worker",
+                "64",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=fh,
+        )
 
 
-def stop_process(proc: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
+def stop_process(proc: subprocess.Popen[bytes], log: Path) -> list[dict[str, Any]]:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
-    code = proc.wait(20)
-    assert proc.stderr is not None
-    lines = [json.loads(x) for x in proc.stderr.read().decode().splitlines() if x.startswith("{")]
+    try:
+        code = proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait(5)
+    lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
     assert code == 0, lines[-5:]
     return lines
 
 
-async def test_restarted_service_keeps_its_model(nats_server: NatsServer, client: Bus) -> None:
+async def test_restarted_service_keeps_its_model(
+    nats_server: NatsServer, client: Bus, tmp_path: Path
+) -> None:
     snaps = Snapshots()
     await client.subscribe(SUBJECTS.state("decode"), ComponentSnapshot, snaps.on)
     # persist only at shutdown: the second process can only know the model from the SIGTERM save
-    proc = start_process(nats_server.url, free_port(), "--components", "decode", "--persist-every-s", "3600")
+    log1, log2 = tmp_path / "first.log", tmp_path / "second.log"
+    proc = start_process(
+        nats_server.url, free_port(), log1, "--components", "decode", "--persist-every-s", "3600"
+    )
     try:
-        await snaps.wait(lambda s: True, timeout_s=20)
+        await snaps.wait(lambda s: True, timeout_s=30)
         for i in range(40):
             await client.publish_raw(SUBJECTS.fpm("decode", "w1"), encode_fpm(decode_pass(i)))
-        first = await snaps.wait(coefs_match)
+        first = await snaps.wait(coefs_match, timeout_s=20)
     finally:
-        lines = await asyncio.to_thread(stop_process, proc)
+        lines = await asyncio.to_thread(stop_process, proc, log1)
     assert any(x["event"] == "models_saved" for x in lines)
     kv = await client.kv(STATE_BUCKET)
     assert (await kv.get(SUBJECTS.state_key("regression", "decode"))).value
 
-    snaps.got.clear()
-    proc = start_process(nats_server.url, free_port(), "--components", "decode")
+    await asyncio.sleep(0.2)  # a last snapshot of the first process may still be in flight
+    restarted_at = time.time()
+    proc = start_process(nats_server.url, free_port(), log2, "--components", "decode")
     try:
-        snap = await snaps.wait(lambda s: True, timeout_s=20)
+        await snaps.wait(lambda s: s.issued_at_s > restarted_at, timeout_s=30)
         # the very first snapshot of the new process: ready, same line, same samples, no worker yet
-        assert snap is snaps.got[0] and coefs_match(snap)
+        snap = next(s for s in snaps.got if s.issued_at_s > restarted_at)
+        assert coefs_match(snap)
         assert snap.model is not None and first.model is not None
         assert snap.model.num_samples == first.model.num_samples
         assert snap.workers == []
     finally:
-        lines = await asyncio.to_thread(stop_process, proc)
+        lines = await asyncio.to_thread(stop_process, proc, log2)
     assert any(x["event"] == "model_restored" and x["ready"] for x in lines)

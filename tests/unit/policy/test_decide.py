@@ -293,3 +293,25 @@ def test_every_policy_runs_and_advisory_passes_through(kind: PolicyKind, compat:
 def test_validate_config_names_the_field(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):
         validate_config(replace(PolicyConfig(), **{field: value}))
+
+
+@pytest.mark.parametrize("policy", ["combined", "load", "throughput", "threshold"])
+def test_empty_fleet_without_data_starts_at_min_replicas(policy: str) -> None:
+    # 0 replicas, no snapshots, no forecast: nothing to measure yet, so the only valid move is to
+    # bring each component up to min_replicas (=1), reason min_capped.
+    from planner_core.policy import DecisionInputs, PolicyConfig, PolicyState, decide
+    from planner_proto import ComponentReplicas, Reason
+
+    inputs = DecisionInputs(replicas={"prefill": ComponentReplicas(), "decode": ComponentReplicas()})
+    result, _ = decide(inputs, PolicyState(), PolicyConfig(policy=policy), 1000.0)  # type: ignore[arg-type]
+    assert result.targets == {"prefill": 1, "decode": 1}
+    assert set(result.reasons.values()) == {Reason.MIN_CAPPED}
+
+
+def test_scaled_to_zero_stays_at_zero_without_data() -> None:
+    from planner_core.policy import DecisionInputs, PolicyConfig, PolicyState, decide
+    from planner_proto import ComponentReplicas
+
+    inputs = DecisionInputs(replicas={"decode": ComponentReplicas()})
+    result, _ = decide(inputs, PolicyState(), PolicyConfig(scale_to_zero=True), 1000.0)
+    assert result.targets == {"decode": 0}

@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--peak-gpus",
         type=float,
-        default=8.0,
+        default=4.0,
         help="scale the request rate so the trace's peak interval needs about N GPUs by the oracle "
         "(0 = play the trace at its own rate)",
     )

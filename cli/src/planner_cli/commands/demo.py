@@ -1,25 +1,52 @@
-"""planner demo: the end-to-end demo.
-
-Current slice (foundation): starts an embedded nats-server with JetStream, publishes one message of
-every wire type through the typed bus (the decision on its JetStream stream, the engine in the
-``planner_engines`` KV bucket, FPM as raw engine bytes), receives each back, shows them, and exits.
-"""
+"""planner demo: the end-to-end demo on this machine (no GPU): embedded NATS, circusd running every
+service, engine-sim workers started and stopped by the circus actuator, traffic from the Azure conv
+trace that rises and then stops, a live view, and a report. Ends by itself within about 5 minutes."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 NAME = "demo"
-HELP = "run the demo on this machine (no GPU needed) and exit by itself"
+HELP = "run the end-to-end demo on this machine (no GPU needed); ends by itself"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print the received messages as JSON lines")
+    parser.add_argument("--out", type=Path, default=Path("out/demo"), help="folder for logs and the report")
+    parser.add_argument("--load-s", type=float, default=150.0, help="seconds of traffic (default 150)")
+    parser.add_argument("--peak-rate", type=float, default=14.0, help="peak requests/s (default 14)")
+    parser.add_argument("--policy", default="combined", choices=["combined", "load", "throughput", "threshold"])
+    parser.add_argument("--no-live", action="store_true", help="print periodic tables instead of a live view")
+    parser.add_argument("--wire-tour", action="store_true", help="only publish one message of every type and exit")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
+    import json
 
-    from planner_cli.wire_tour import wire_tour
+    from rich.console import Console
 
-    return asyncio.run(wire_tour(as_json=args.json))
+    if args.wire_tour:
+        from planner_cli.wire_tour import wire_tour
+
+        return asyncio.run(wire_tour(as_json=args.json))
+    from planner_cli.demo.run import DemoConfig, print_summary, run_demo
+
+    console = Console()
+    cfg = DemoConfig(out_dir=args.out, load_s=args.load_s, peak_rate_per_s=args.peak_rate, policy=args.policy,
+                     live=not args.no_live)
+    try:
+        figures = asyncio.run(run_demo(cfg, console))
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: every process was stopped[/]")
+        return 130
+    except RuntimeError as exc:
+        console.print(f"[red]demo failed:[/] {exc}")
+        return 1
+    if args.json:
+        print(json.dumps(figures, default=str))
+    else:
+        print_summary(figures, args.out, console)
+    ok = figures["failed"] == 0 and not figures["unacked_decisions"]
+    return 0 if ok else 1

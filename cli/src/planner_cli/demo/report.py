@@ -67,7 +67,7 @@ def plot(rec: Recorder, path: Path, ttft_ms: float, itl_ms: float) -> None:
         pts = [(t, st.components[c]) for t, st in rec.replicas if c in st.components]
         ax.step([t for t, _ in pts], [cr.ready for _, cr in pts], where="post", label=f"{c} ready")
         ax.step([t for t, _ in pts], [cr.desired for _, cr in pts], where="post", linestyle=":", label=f"{c} desired")
-    for t, d in rec.decisions:
+    for t, _d in rec.decisions:
         ax.axvline(t, color="grey", alpha=0.2)
     ax.set_ylabel("replicas")
     ax.legend(loc="upper left", fontsize=8)
@@ -80,7 +80,8 @@ def plot(rec: Recorder, path: Path, ttft_ms: float, itl_ms: float) -> None:
         ax.plot([t for t, _ in it], [v for _, v in it], label="mean ITL (ms)")
     ax.axhline(ttft_ms, color="C0", linestyle="--", alpha=0.5, label="TTFT target")
     ax.axhline(itl_ms, color="C1", linestyle="--", alpha=0.5, label="ITL target")
-    ax.set_yscale("symlog")
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=1)
     ax.set_ylabel("latency (ms)")
     ax.set_xlabel("seconds since start (wall clock)")
     ax.legend(loc="upper left", fontsize=8)

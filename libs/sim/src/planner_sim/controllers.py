@@ -91,7 +91,9 @@ class PlannerController:
         self.regressions: dict[str, OnlineRegression | None] = {}
         for c in COMPONENTS:
             comp = Component(c)
-            rc = RegressionConfig.reference(comp) if reference_regression else RegressionConfig(component=comp)
+            rc = (
+                RegressionConfig.reference(comp) if reference_regression else RegressionConfig(component=comp)
+            )
             self.regressions[c] = OnlineRegression(rc) if needs_fit else None
         self.decisions = 0
 
@@ -131,9 +133,7 @@ class PlannerController:
 
     def tick(self, now_s: float, cluster: Cluster) -> dict[str, int] | None:
         replicas = {c: cluster.replicas(c) for c in COMPONENTS}
-        in_progress = frozenset(
-            c for c, r in replicas.items() if r.pending > 0 or r.ready != r.desired
-        )
+        in_progress = frozenset(c for c, r in replicas.items() if r.pending > 0 or r.ready != r.desired)
         inputs = DecisionInputs(
             replicas=replicas,
             forecast=self.forecast,

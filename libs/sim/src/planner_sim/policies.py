@@ -73,7 +73,10 @@ def make_controller(name: str, ctx: PolicyContext) -> Controller:
     interval = base.throughput_interval_s
     if name == "threshold":
         cfg = replace(
-            base, policy=PolicyKind.THRESHOLD, threshold_variant=ThresholdVariant.SEED003, reference_compat=True
+            base,
+            policy=PolicyKind.THRESHOLD,
+            threshold_variant=ThresholdVariant.SEED003,
+            reference_compat=True,
         )
         return PlannerController(name, validate_config(cfg), ctx.settings, start)
     if name == "sla":

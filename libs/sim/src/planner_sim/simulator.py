@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -106,7 +106,9 @@ class _Sim:
         self.passes = 0
         self.timeline: list[TimelinePoint] = []
         self.traffic: list[TrafficSample] = []
-        self.kv_per_token_s = kv_transfer_time_s(1, settings.kv_bytes_per_token, settings.kv_bandwidth_bytes_per_s)
+        self.kv_per_token_s = kv_transfer_time_s(
+            1, settings.kv_bytes_per_token, settings.kv_bandwidth_bytes_per_s
+        )
 
     def push(self, t: float, kind: int, payload: object) -> None:
         self.seq += 1
@@ -144,8 +146,9 @@ class _Sim:
                 arrival = self.log.arrival_s
                 first = self.log.first_token_s
                 for rid in p.first_token_ids:
-                    first[rid] = t
-                    self.meter.first_token(t - arrival[rid])
+                    i = int(rid)
+                    first[i] = t
+                    self.meter.first_token(t - arrival[i])
             for rid in p.finished_ids:
                 w.outstanding -= 1
                 self.handoff(int(rid), t)
@@ -229,11 +232,10 @@ class _Sim:
         heap = self.heap
         pop = heapq.heappop
         t = 0.0
-        while heap:
+        while heap and self.done < n:
             t, kind, _, payload = pop(heap)
             if kind == _PASS_END:
-                w, p = payload  # type: ignore[misc]
-                self.pass_end(t, w, p)
+                self.pass_end(t, *cast(tuple[Worker, EnginePass], payload))
             elif kind == _ARRIVAL:
                 i = int(payload)  # type: ignore[call-overload]
                 r = self.reqs[i]
@@ -251,8 +253,7 @@ class _Sim:
                 self.ready(t, payload)
             else:
                 self.tick(t)
-                if self.done < n:
-                    self.push(t + self.tick_s, _TICK, None)
+                self.push(t + self.tick_s, _TICK, None)
         return t
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 import msgspec
 from msgspec import Meta
@@ -13,6 +13,10 @@ from planner_runtime.settings import BaseSettings
 
 ModelName = Literal["constant", "moving_average", "holt", "arima", "kalman", "prophet", "auto"]
 LabelValue = Annotated[str, Meta(pattern=r'^[^"\\\n]*$')]
+
+
+def _auto_candidates() -> list[ModelName]:
+    return [cast("ModelName", name) for name in AUTO_CANDIDATES]
 
 
 class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
@@ -25,7 +29,7 @@ class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
     model: ModelName = "auto"
     """``auto`` backtests constant, moving average, Holt, ARIMA and Kalman online and uses the one with
     the lowest recent one-step error (the reference always uses ARIMA)."""
-    auto_candidates: list[ModelName] = msgspec.field(default_factory=lambda: list(AUTO_CANDIDATES))
+    auto_candidates: list[ModelName] = msgspec.field(default_factory=_auto_candidates)
     """Models ``auto`` backtests and chooses from (drop ``arima`` to save CPU on long warm starts)."""
     log1p: bool = False
     """Model the series on a log1p scale (multiplicative noise, bursty traffic)."""

@@ -48,7 +48,8 @@ class ComponentState:
         """Messages counted by tracks that were dropped since (keeps the message counter monotonic)."""
         self.load_samples = 0
         self.bad = 0
-        self.skipped = 0
+        self.offered = 0
+        """Passes handed to the model (the others were over the per-tick fit budget)."""
         self.dirty = False
         self.reported: dict[str, int] = {}
 
@@ -90,6 +91,7 @@ class RegressionService(Service[RegressionSettings]):
         self.engines = EngineRegistry(settings.namespace)
         self.components: dict[Component, ComponentState] = {}
         self._state_kv: KeyValue | None = None
+        self._watcher: KeyValue.KeyWatcher | None = None
         self._next_persist_at = 0.0
 
     # ---- start ---------------------------------------------------------------------------------
@@ -99,7 +101,8 @@ class RegressionService(Service[RegressionSettings]):
         for comp in s.components:
             self.components[comp] = ComponentState(comp, await self._restore(comp))
         engines_kv = await self.bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
-        self.spawn(self._watch_engines(engines_kv), "engines_watch")
+        self._watcher = await engines_kv.watch(f"{s.namespace}.>")
+        self.spawn(self._follow_engines(self._watcher), "engines_watch")
         for cs in self.components.values():
             await self.bus.nc.subscribe(
                 self.subjects.fpm(cs.component),
@@ -175,31 +178,19 @@ class RegressionService(Service[RegressionSettings]):
         return on_load
 
     # ---- engines registry ----------------------------------------------------------------------
-    async def _watch_engines(self, kv: KeyValue) -> None:
-        """Mirror ``planner_engines``; a broken watch is re-created after a short pause."""
+    async def _follow_engines(self, watcher: KeyValue.KeyWatcher) -> None:
+        """Mirror ``planner_engines`` (the watcher is created in setup, so that a SIGTERM can never
+        cancel it half-made; it is stopped in cleanup)."""
         bad_subject = f"kv.{ENGINES_BUCKET}"
-        while not self.stopping.is_set():
-            try:
-                watcher = await kv.watch(f"{self.settings.namespace}.>")
-            except (nats.errors.Error, TimeoutError) as exc:
-                self.log.warning("engines_watch_failed", error=str(exc) or type(exc).__name__)
-                await asyncio.sleep(1.0)
+        async for entry in watcher:
+            if entry is None:  # end of the initial values
+                self.log.info("engines_loaded", engines=len(self.engines))
                 continue
             try:
-                async for entry in watcher:
-                    if entry is None:  # end of the initial values
-                        self.log.info("engines_loaded", engines=len(self.engines))
-                        continue
-                    try:
-                        self.engines.apply(entry.key, entry.value, entry.operation)
-                    except DecodeError as exc:
-                        self.bus.count_bad(bad_subject, exc.reason)
-                        self.log.warning("bad_engine_info", key=entry.key, reason=exc.reason)
-            finally:
-                try:
-                    await asyncio.wait_for(watcher.stop(), timeout=2.0)  # type: ignore[no-untyped-call]
-                except (nats.errors.Error, TimeoutError):
-                    pass
+                self.engines.apply(entry.key, entry.value, entry.operation)
+            except DecodeError as exc:
+                self.bus.count_bad(bad_subject, exc.reason)
+                self.log.warning("bad_engine_info", key=entry.key, reason=exc.reason)
 
     # ---- tick ----------------------------------------------------------------------------------
     async def _tick(self) -> None:
@@ -246,7 +237,6 @@ class RegressionService(Service[RegressionSettings]):
     def _fit(self, cs: ComponentState, now_s: float) -> None:
         s = self.settings
         tracks = list(cs.fpm_tracks.values())
-        offered = sum(len(t.pending) for t in tracks)
         taken = 0
         for t, passes in take_pending(tracks, s.fit_passes_per_worker, s.max_fit_passes_per_tick):
             info = self.engines.get(self.subjects.engine_key(cs.component, t.engine_id))
@@ -256,7 +246,7 @@ class RegressionService(Service[RegressionSettings]):
             taken += len(passes)
         if taken:
             cs.dirty = True
-        cs.skipped += offered - taken
+        cs.offered += taken
 
     def _report(self, cs: ComponentState, snap: ComponentSnapshot) -> None:
         m, comp = self.metrics, cs.component
@@ -266,7 +256,7 @@ class RegressionService(Service[RegressionSettings]):
             "heartbeat": cs.heartbeats,
             "load_sample": cs.load_samples + sum(t.received for t in cs.load_tracks.values()),
             "bad": cs.bad,
-            "over_budget": cs.skipped,
+            "over_budget": fpms - cs.heartbeats - cs.offered,
             **{a.value: n for a, n in cs.model.counts.items() if a is not Admission.HEARTBEAT},
         }
         for name, value in current.items():
@@ -302,6 +292,14 @@ class RegressionService(Service[RegressionSettings]):
     async def drain(self) -> None:
         await self.persist()
         self.log.info("models_saved", components=[c.value for c in self.components])
+
+    async def cleanup(self) -> None:
+        if self._watcher is not None:
+            try:
+                await asyncio.wait_for(self._watcher.stop(), timeout=2.0)  # type: ignore[no-untyped-call]
+            except (nats.errors.Error, TimeoutError) as exc:
+                self.log.warning("engines_watch_stop_failed", error=str(exc) or "timeout")
+            self._watcher = None
 
     def health_detail(self) -> dict[str, object]:
         return {

@@ -198,7 +198,13 @@ def decide(
     desired: dict[str, int] = {}
     for c in comps:
         if c not in recs:
-            desired[c] = current[c]
+            # No valid recommendation (no data yet): hold, but never below the minimum, so a fresh
+            # fleet starts at min_replicas without waiting for metrics that only running workers
+            # can produce. A component deliberately scaled to zero stays there until woken.
+            if current[c] < cfg.min_replicas and not cfg.scale_to_zero:
+                desired[c], reasons[c] = cfg.min_replicas, Reason.MIN_CAPPED
+            else:
+                desired[c] = current[c]
             continue
         rec = recs[c]
         lo = 0 if reasons[c] is Reason.SCALE_TO_ZERO else cfg.min_replicas

@@ -1,0 +1,86 @@
+"""The GPU-free profile estimate shared by `planner profile --estimate` and the demo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner_core.profile import DecodeProfile, PrefillProfile
+
+# Architecture of a Llama-3.1-8B-class model (public facts), for when no config.json is at hand.
+LLAMA_8B_ARCH: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "hidden_act": "silu", "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+}
+
+
+class EstimateError(Exception):
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def write_default_model_config(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(LLAMA_8B_ARCH, indent=1))
+    return path
+
+
+def estimate_profile(
+    model_path: Path, gpu_name: str, out: Path, *, tp: int = 1, quant: str = "", kv_dtype: str = "auto",
+    max_model_len: int = 8192, gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256, ttft_ms: float = 500.0, itl_ms: float = 50.0, isl: float = 1155.0, osl: float = 211.0,
+) -> tuple[dict[str, Any], PrefillProfile, DecodeProfile]:
+    """Write ``prefill_raw_data.npz`` and ``decode_raw_data.npz`` to ``out``; return a summary."""
+    from planner_core.engine import RooflineTiming
+    from planner_core.hardware import gpu_spec
+    from planner_core.memory.breakdown import predict_memory
+    from planner_core.memory.settings import EngineSettings
+    from planner_core.modelcfg import ModelConfigError, load_model_config, quant_from_flag
+    from planner_core.profile import save_decode, save_prefill
+    from planner_core.profiling import EngineShape, estimate_decode, estimate_prefill, recommend
+
+    try:
+        model = load_model_config(model_path)
+        gpu = gpu_spec(gpu_name)
+        q = quant_from_flag(quant) if quant else None
+        settings = EngineSettings(
+            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization, tp=tp,
+            quantization=quant, kv_cache_dtype=kv_dtype, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+        mem = predict_memory(model, gpu.memory_gib, settings)
+        timing = RooflineTiming.build(model, gpu, quant=q, kv_dtype=kv_dtype, tp=tp)
+    except (ModelConfigError, KeyError, ValueError) as exc:
+        raise EstimateError(str(exc)) from None
+    if mem.kv_cache_tokens < max_model_len:
+        raise EstimateError(
+            f"{model_path.name} does not fit on {gpu_name} x{tp}: KV cache {mem.kv_cache_gib:.1f} GiB "
+            f"({mem.kv_cache_tokens} tokens) < max_model_len {max_model_len}", code=1)
+    shape = EngineShape(max_kv_tokens=mem.kv_cache_tokens, max_num_batched_tokens=max_num_batched_tokens,
+                        max_num_seqs=max_num_seqs, context_length_tokens=max_model_len, gpus=tp)
+    prefill = estimate_prefill(timing, shape)
+    decode = estimate_decode(timing, shape)
+    out.mkdir(parents=True, exist_ok=True)
+    save_prefill(prefill, out / "prefill_raw_data.npz")
+    save_decode(decode, out / "decode_raw_data.npz")
+    rec = recommend(prefill, decode, ttft_ms, itl_ms, isl, isl + osl / 2)
+    summary = {
+        "model": str(model_path), "gpu": gpu_name, "tp": tp, "max_kv_tokens": mem.kv_cache_tokens,
+        "num_gpu_blocks": mem.num_gpu_blocks, "kv_cache_gib": round(mem.kv_cache_gib, 2),
+        "ttft_ms_at_isl": round(float(np.interp(isl, prefill.isl_tokens, prefill.ttft_ms)), 1),
+        "max_isl_meeting_ttft": rec.max_isl_meeting_ttft,
+        "prefill_thpt_per_gpu": round(rec.prefill_thpt_per_gpu_at_isl),
+        "decode_best_thpt_per_gpu": round(rec.decode_best_thpt_per_gpu),
+        "decode_max_concurrency_at_itl": rec.decode_max_concurrency_at_itl,
+        "prefill_req_per_s_per_engine": round(rec.prefill_thpt_per_gpu_at_isl * tp / isl, 2),
+        "decode_req_per_s_per_engine": round(rec.decode_best_thpt_per_gpu * tp / osl, 2),
+        "out": str(out),
+    }
+    return summary, prefill, decode

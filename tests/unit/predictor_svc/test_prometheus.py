@@ -1,0 +1,96 @@
+"""PromQL building, answer parsing, count fallback and error kinds (Prometheus faked by an
+httpx.MockTransport; the real one is in tests/integration/predictor_svc)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import httpx
+import pytest
+
+from planner_predictor.prometheus import (
+    PrometheusTraffic,
+    PromQueryError,
+    Reading,
+    count_query,
+    mean_query,
+    parse_scalar,
+    sample_of,
+)
+
+
+def vector(v: str | None) -> dict[str, object]:
+    result = [] if v is None else [{"metric": {}, "value": [1.0, v]}]
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+def test_queries() -> None:
+    labels = {"model": "llama", "dynamo_namespace": "prod"}
+    assert count_query("dynamo_frontend", "requests_total", labels, 60) == (
+        'sum(increase(dynamo_frontend_requests_total{dynamo_namespace="prod",model="llama"}[60000ms]))'
+    )
+    assert mean_query("p", "input_sequence_tokens", {}, 1.5) == (
+        "sum(increase(p_input_sequence_tokens_sum[1500ms])) / sum(increase(p_input_sequence_tokens_count[1500ms]))"
+    )
+
+
+def test_parse() -> None:
+    assert parse_scalar(vector("12.5")) == 12.5
+    assert parse_scalar(vector(None)) is None  # empty: unknown
+    assert math.isnan(parse_scalar(vector("NaN")) or 0.0)  # 0/0: kept as NaN for the caller
+    with pytest.raises(PromQueryError) as exc:
+        parse_scalar({"status": "error", "errorType": "bad_data", "error": "parse error"})
+    assert exc.value.kind == "error_status"
+    with pytest.raises(PromQueryError):
+        parse_scalar({"status": "success", "data": {"resultType": "vector", "result": [{"value": []}]}})
+
+
+def fake(answers: dict[str, dict[str, object] | int]) -> httpx.AsyncClient:
+    """Answers by metric name found in the query; an int is an HTTP status with an error body."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        q = request.url.params["query"]
+        assert request.url.path == "/api/v1/query" and request.url.params["time"] == "1000.000"
+        for key, answer in answers.items():
+            if key in q:
+                if isinstance(answer, int):
+                    return httpx.Response(answer, text="oops")
+                return httpx.Response(200, text=json.dumps(answer))
+        return httpx.Response(200, text=json.dumps(vector(None)))
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handle))
+
+
+async def test_count_falls_back_and_remembers() -> None:
+    async with fake({"requests_started_total": vector("7"), "input_sequence": vector("NaN")}) as http:
+        prom = PrometheusTraffic(http, "http://prom:9090/", "p", {}, 1.0)
+        r = await prom.read(1000.0, 60.0)
+        assert r.num_requests == 7.0 and r.means["isl"] is None and r.errors == ()
+        assert prom.count_metrics[0] == "requests_started_total"
+
+
+async def test_errors_are_reported_by_kind() -> None:
+    async with fake(
+        {"requests_total": 503, "requests_started": 503, "output_sequence": vector("20")}
+    ) as http:
+        r = await PrometheusTraffic(http, "http://prom:9090", "p", {}, 1.0).read(1000.0, 60.0)
+        assert r.num_requests is None  # failed count: unknown, never zero
+        assert r.means["osl"] == 20.0
+        assert r.errors == ("count:http", "count:http")
+
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(down)) as http:
+        r = await PrometheusTraffic(http, "http://prom:9090", "p", {}, 1.0).read(1000.0, 60.0)
+        assert r.num_requests is None and set(e.split(":")[1] for e in r.errors) == {"transport"}
+
+
+def test_sample_of() -> None:
+    r = Reading(12.0, {"ttft": 0.25, "itl": 0.02, "isl": 100.0, "osl": None, "duration": 3.0})
+    s = sample_of(r, namespace="n", now_s=600.0, window_s=60.0)
+    assert s is not None and (s.start_s, s.interval_s, s.num_requests) == (540.0, 60.0, 12.0)
+    assert s.mean_ttft_ms == 250.0 and s.mean_itl_ms == 20.0 and s.mean_osl_tokens is None
+    assert s.source == "prometheus"
+    assert sample_of(Reading(None, {}), namespace="n", now_s=600.0, window_s=60.0) is None
