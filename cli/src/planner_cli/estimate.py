@@ -12,10 +12,20 @@ from planner_core.profile import DecodeProfile, PrefillProfile
 
 # Architecture of a Llama-3.1-8B-class model (public facts), for when no config.json is at hand.
 LLAMA_8B_ARCH: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072,
-    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "hidden_act": "silu", "rms_norm_eps": 1e-5,
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-5,
     "rope_theta": 500000.0,
 }
 
@@ -33,9 +43,21 @@ def write_default_model_config(path: Path) -> Path:
 
 
 def estimate_profile(
-    model_path: Path, gpu_name: str, out: Path, *, tp: int = 1, quant: str = "", kv_dtype: str = "auto",
-    max_model_len: int = 8192, gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
-    max_num_seqs: int = 256, ttft_ms: float = 500.0, itl_ms: float = 50.0, isl: float = 1155.0, osl: float = 211.0,
+    model_path: Path,
+    gpu_name: str,
+    out: Path,
+    *,
+    tp: int = 1,
+    quant: str = "",
+    kv_dtype: str = "auto",
+    max_model_len: int = 8192,
+    gpu_memory_utilization: float = 0.9,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+    ttft_ms: float = 500.0,
+    itl_ms: float = 50.0,
+    isl: float = 1155.0,
+    osl: float = 211.0,
 ) -> tuple[dict[str, Any], PrefillProfile, DecodeProfile]:
     """Write ``prefill_raw_data.npz`` and ``decode_raw_data.npz`` to ``out``; return a summary."""
     from planner_core.engine import RooflineTiming
@@ -51,8 +73,12 @@ def estimate_profile(
         gpu = gpu_spec(gpu_name)
         q = quant_from_flag(quant) if quant else None
         settings = EngineSettings(
-            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization, tp=tp,
-            quantization=quant, kv_cache_dtype=kv_dtype, max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            tp=tp,
+            quantization=quant,
+            kv_cache_dtype=kv_dtype,
+            max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
         )
         mem = predict_memory(model, gpu.memory_gib, settings)
@@ -62,9 +88,16 @@ def estimate_profile(
     if mem.kv_cache_tokens < max_model_len:
         raise EstimateError(
             f"{model_path.name} does not fit on {gpu_name} x{tp}: KV cache {mem.kv_cache_gib:.1f} GiB "
-            f"({mem.kv_cache_tokens} tokens) < max_model_len {max_model_len}", code=1)
-    shape = EngineShape(max_kv_tokens=mem.kv_cache_tokens, max_num_batched_tokens=max_num_batched_tokens,
-                        max_num_seqs=max_num_seqs, context_length_tokens=max_model_len, gpus=tp)
+            f"({mem.kv_cache_tokens} tokens) < max_model_len {max_model_len}",
+            code=1,
+        )
+    shape = EngineShape(
+        max_kv_tokens=mem.kv_cache_tokens,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        context_length_tokens=max_model_len,
+        gpus=tp,
+    )
     prefill = estimate_prefill(timing, shape)
     decode = estimate_decode(timing, shape)
     out.mkdir(parents=True, exist_ok=True)
@@ -72,8 +105,12 @@ def estimate_profile(
     save_decode(decode, out / "decode_raw_data.npz")
     rec = recommend(prefill, decode, ttft_ms, itl_ms, isl, isl + osl / 2)
     summary = {
-        "model": str(model_path), "gpu": gpu_name, "tp": tp, "max_kv_tokens": mem.kv_cache_tokens,
-        "num_gpu_blocks": mem.num_gpu_blocks, "kv_cache_gib": round(mem.kv_cache_gib, 2),
+        "model": str(model_path),
+        "gpu": gpu_name,
+        "tp": tp,
+        "max_kv_tokens": mem.kv_cache_tokens,
+        "num_gpu_blocks": mem.num_gpu_blocks,
+        "kv_cache_gib": round(mem.kv_cache_gib, 2),
         "ttft_ms_at_isl": round(float(np.interp(isl, prefill.isl_tokens, prefill.ttft_ms)), 1),
         "max_isl_meeting_ttft": rec.max_isl_meeting_ttft,
         "prefill_thpt_per_gpu": round(rec.prefill_thpt_per_gpu_at_isl),

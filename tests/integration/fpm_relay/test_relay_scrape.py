@@ -68,7 +68,7 @@ async def test_scrape_adapters_publish_load_samples(nats_server: NatsServer) -> 
 
         await bus.subscribe(subjects.load(), WorkerLoadSample, on_load)
         async with in_process_relay(nats_server.url, static_engines=[f"decode:v0=vllm+{vllm_url}"]) as relay:
-            await wait_until(lambda: len(got) == 2, 10, "a load sample from each engine")
+            await wait_until(lambda: len(got) == 2, 30, "a load sample from each engine")
             v = got[subjects.load("decode", "v0")]
             assert (v.engine_kind, v.running_requests, v.waiting_requests, v.kv_usage) == ("vllm", 5, 4, 0.42)
             assert (v.prompt_tokens_total, v.generation_tokens_total) == (1234.0, 506.0)
@@ -82,7 +82,7 @@ async def test_scrape_adapters_publish_load_samples(nats_server: NatsServer) -> 
 
             vllm.status = 500
             hits = vllm.hits
-            await wait_until(lambda: vllm.hits > hits + 1, 5, "scrapes of the failing endpoint")
+            await wait_until(lambda: vllm.hits > hits + 1, 30, "scrapes of the failing endpoint")
             failed = relay.registry.get_sample_value(
                 "planner_fpm_scrapes_total", {"component": "decode", "worker": "v0", "result": "status"}
             )

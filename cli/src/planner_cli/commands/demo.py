@@ -15,9 +15,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("out/demo"), help="folder for logs and the report")
     parser.add_argument("--load-s", type=float, default=150.0, help="seconds of traffic (default 150)")
     parser.add_argument("--peak-rate", type=float, default=14.0, help="peak requests/s (default 14)")
-    parser.add_argument("--policy", default="combined", choices=["combined", "load", "throughput", "threshold"])
+    parser.add_argument(
+        "--policy", default="combined", choices=["combined", "load", "throughput", "threshold"]
+    )
     parser.add_argument("--no-live", action="store_true", help="print periodic tables instead of a live view")
-    parser.add_argument("--wire-tour", action="store_true", help="only publish one message of every type and exit")
+    parser.add_argument(
+        "--wire-tour", action="store_true", help="only publish one message of every type and exit"
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -34,8 +38,13 @@ def run(args: argparse.Namespace) -> int:
     from planner_cli.demo.run import DemoConfig, print_summary, run_demo
 
     console = Console()
-    cfg = DemoConfig(out_dir=args.out, load_s=args.load_s, peak_rate_per_s=args.peak_rate, policy=args.policy,
-                     live=not args.no_live)
+    cfg = DemoConfig(
+        out_dir=args.out,
+        load_s=args.load_s,
+        peak_rate_per_s=args.peak_rate,
+        policy=args.policy,
+        live=not args.no_live,
+    )
     try:
         figures = asyncio.run(run_demo(cfg, console))
     except KeyboardInterrupt:

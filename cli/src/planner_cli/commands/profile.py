@@ -39,8 +39,11 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     if not args.estimate:
-        print("planner profile: only --estimate is available in this version (the live sweep against an "
-              "engine endpoint is not built yet)", file=sys.stderr)
+        print(
+            "planner profile: only --estimate is available in this version (the live sweep against an "
+            "engine endpoint is not built yet)",
+            file=sys.stderr,
+        )
         return 2
     if args.model is None:
         print("planner profile: --estimate needs --model CONFIG.json", file=sys.stderr)
@@ -49,10 +52,20 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         summary, prefill, decode = estimate_profile(
-            args.model, args.gpu, args.out, tp=args.tp, quant=args.quant, kv_dtype=args.kv_dtype,
-            max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
-            max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
-            ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, isl=args.isl, osl=args.osl,
+            args.model,
+            args.gpu,
+            args.out,
+            tp=args.tp,
+            quant=args.quant,
+            kv_dtype=args.kv_dtype,
+            max_model_len=args.max_model_len,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_num_seqs=args.max_num_seqs,
+            ttft_ms=args.ttft_ms,
+            itl_ms=args.itl_ms,
+            isl=args.isl,
+            osl=args.osl,
         )
     except EstimateError as exc:
         print(f"planner profile: {exc}", file=sys.stderr)

@@ -59,16 +59,32 @@ def bin_path(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
-def write_ini(path: Path, endpoint: str, pubsub: str, watchers: dict[str, list[str]], logs: Path,
-              env: dict[str, str]) -> None:
-    lines = ["[circus]", f"endpoint = {endpoint}", f"pubsub_endpoint = {pubsub}", "statsd = false",
-             "check_delay = 5", "warmup_delay = 0", ""]
+def write_ini(
+    path: Path, endpoint: str, pubsub: str, watchers: dict[str, list[str]], logs: Path, env: dict[str, str]
+) -> None:
+    lines = [
+        "[circus]",
+        f"endpoint = {endpoint}",
+        f"pubsub_endpoint = {pubsub}",
+        "statsd = false",
+        "check_delay = 5",
+        "warmup_delay = 0",
+        "",
+    ]
     for name, argv in watchers.items():
         lines += [
-            f"[watcher:{name}]", f"cmd = {argv[0]}", f"args = {' '.join(argv[1:])}", "copy_env = true",
-            "graceful_timeout = 60", "max_retry = 3", "stop_children = true",
-            "stdout_stream.class = FileStream", f"stdout_stream.filename = {logs / (name + '.log')}",
-            "stderr_stream.class = FileStream", f"stderr_stream.filename = {logs / (name + '.log')}", "",
+            f"[watcher:{name}]",
+            f"cmd = {argv[0]}",
+            f"args = {' '.join(argv[1:])}",
+            "copy_env = true",
+            "graceful_timeout = 60",
+            "max_retry = 3",
+            "stop_children = true",
+            "stdout_stream.class = FileStream",
+            f"stdout_stream.filename = {logs / (name + '.log')}",
+            "stderr_stream.class = FileStream",
+            f"stderr_stream.filename = {logs / (name + '.log')}",
+            "",
         ]
         lines += [f"[env:{name}]"] + [f"{k} = {v}" for k, v in env.items()] + [""]
     path.write_text("\n".join(lines))
@@ -82,8 +98,13 @@ def start_circus(workdir: Path, watchers: dict[str, list[str]], env: dict[str, s
     ini = workdir / "circus.ini"
     write_ini(ini, endpoint, f"tcp://127.0.0.1:{pub}", watchers, logs, env)
     out = (logs / "circusd.log").open("ab")
-    proc = subprocess.Popen([bin_path("circusd"), str(ini)], stdout=out, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    proc = subprocess.Popen(
+        [bin_path("circusd"), str(ini)],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent,
+    )
     if not wait_for_port("127.0.0.1", port, 30, proc):
         proc.kill()
         raise RuntimeError(f"circusd did not start; see {logs / 'circusd.log'}")

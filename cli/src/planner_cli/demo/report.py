@@ -21,8 +21,10 @@ def summary(rec: Recorder, requests: list[dict[str, Any]], ttft_ms: float, itl_m
         return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
 
     met = sum(
-        1 for r in done
-        if r.get("ttft_s") is not None and float(r["ttft_s"]) * 1000 <= ttft_ms
+        1
+        for r in done
+        if r.get("ttft_s") is not None
+        and float(r["ttft_s"]) * 1000 <= ttft_ms
         and (r.get("itl_s") is None or float(r["itl_s"]) * 1000 <= itl_ms)
     )
     peaks: dict[str, int] = {}
@@ -36,8 +38,10 @@ def summary(rec: Recorder, requests: list[dict[str, Any]], ttft_ms: float, itl_m
         "completed": len(done),
         "failed": len(requests) - len(done),
         "sla_attainment_pct": round(100.0 * met / len(requests), 1) if requests else None,
-        "ttft_p50_ms": pct(ttfts, 0.5), "ttft_p99_ms": pct(ttfts, 0.99),
-        "itl_p50_ms": pct(itls, 0.5), "itl_p99_ms": pct(itls, 0.99),
+        "ttft_p50_ms": pct(ttfts, 0.5),
+        "ttft_p99_ms": pct(ttfts, 0.99),
+        "itl_p50_ms": pct(itls, 0.5),
+        "itl_p99_ms": pct(itls, 0.99),
         "decisions": len(applied),
         "decisions_completed": len(rec.acked_ids("completed") & {d.decision_id for d in applied}),
         "unacked_decisions": rec.unacked_decisions(),
@@ -55,7 +59,12 @@ def plot(rec: Recorder, path: Path, ttft_ms: float, itl_ms: float) -> None:
     fig, axes = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
     ax = axes[0]
     if rec.traffic:
-        ax.step([t for t, _ in rec.traffic], [m.num_requests for _, m in rec.traffic], where="post", label="requests")
+        ax.step(
+            [t for t, _ in rec.traffic],
+            [m.num_requests for _, m in rec.traffic],
+            where="post",
+            label="requests",
+        )
     fc = [(t, m.num_requests) for t, m in rec.forecasts if m.num_requests is not None]
     if fc:
         ax.plot([t for t, _ in fc], [v for _, v in fc], "--", label="forecast")
@@ -66,7 +75,13 @@ def plot(rec: Recorder, path: Path, ttft_ms: float, itl_ms: float) -> None:
     for c in comps:
         pts = [(t, st.components[c]) for t, st in rec.replicas if c in st.components]
         ax.step([t for t, _ in pts], [cr.ready for _, cr in pts], where="post", label=f"{c} ready")
-        ax.step([t for t, _ in pts], [cr.desired for _, cr in pts], where="post", linestyle=":", label=f"{c} desired")
+        ax.step(
+            [t for t, _ in pts],
+            [cr.desired for _, cr in pts],
+            where="post",
+            linestyle=":",
+            label=f"{c} desired",
+        )
     for t, _d in rec.decisions:
         ax.axvline(t, color="grey", alpha=0.2)
     ax.set_ylabel("replicas")
@@ -101,7 +116,9 @@ def write_html(rec: Recorder, figures: dict[str, Any], png: Path, path: Path) ->
         f"<td>{html.escape(acks.get(d.decision_id, 'none'))}</td></tr>"
         for t, d in rec.decisions
     )
-    fig_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in figures.items())
+    fig_rows = "".join(
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in figures.items()
+    )
     path.write_text(
         "<!doctype html><html><head><meta charset='utf-8'><title>Planner demo report</title>"
         "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}"

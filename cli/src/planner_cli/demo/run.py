@@ -47,22 +47,52 @@ class DemoConfig:
     itl_ms: float = 50.0
     policy: str = "combined"
     gpu_budget: int = 8
-    trace: Path | None = field(default_factory=lambda: REPO.parent / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv")
+    trace: Path | None = field(
+        default_factory=lambda: REPO.parent / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+    )
     live: bool = True
 
 
 def _service_argv(
     name: str, cfg: DemoConfig, nats_url: str, http_port: int, circus_endpoint: str, fleet: dict[str, Any]
 ) -> list[str]:
-    argv = [sys.executable, "-m", f"planner_{name.replace('-', '_')}", "--nats-url", nats_url,
-            "--namespace", cfg.namespace, "--http-port", str(http_port)]
+    argv = [
+        sys.executable,
+        "-m",
+        f"planner_{name.replace('-', '_')}",
+        "--nats-url",
+        nats_url,
+        "--namespace",
+        cfg.namespace,
+        "--http-port",
+        str(http_port),
+    ]
     c = cfg.time_compression
     if name == "decider":
-        argv += ["--policy", cfg.policy, "--ttft-target-ms", str(cfg.ttft_ms), "--itl-target-ms", str(cfg.itl_ms),
-                 "--load-interval-s", "3", "--throughput-interval-s", "10", "--max-gpu-budget", str(cfg.gpu_budget),
-                 "--startup-s", str(cfg.startup_delay_s), "--down-window-s", "15",
-                 "--report-path", str(cfg.out_dir / "decider-report.html"), "--report-interval-s", "10",
-                 "--profile-dir", str(fleet["profile_dir"])]
+        argv += [
+            "--policy",
+            cfg.policy,
+            "--ttft-target-ms",
+            str(cfg.ttft_ms),
+            "--itl-target-ms",
+            str(cfg.itl_ms),
+            "--load-interval-s",
+            "3",
+            "--throughput-interval-s",
+            "10",
+            "--max-gpu-budget",
+            str(cfg.gpu_budget),
+            "--startup-s",
+            str(cfg.startup_delay_s),
+            "--down-window-s",
+            "15",
+            "--report-path",
+            str(cfg.out_dir / "decider-report.html"),
+            "--report-interval-s",
+            "10",
+            "--profile-dir",
+            str(fleet["profile_dir"]),
+        ]
     elif name == "predictor":
         argv += ["--interval-s", "5"]
     elif name == "regression":
@@ -70,14 +100,27 @@ def _service_argv(
         # the default 120 s cold-start exclusion.
         argv += ["--cold-start-s", "10"]
     elif name == "actuator-circus":
-        worker = (f"{sys.executable} -m planner_engine_sim --worker-id {{worker_id}} --component {{component}} "
-                  f"--namespace {{namespace}} --nats-url {{nats_url}} --zmq-port-base 0 --http-port 0 "
-                  f"--time-compression {c} --startup-delay-s {cfg.startup_delay_s} --timing roofline "
-                  f"--model-config {fleet['model_config']} --gpu {cfg.gpu} --num-gpu-blocks {fleet['num_gpu_blocks']} "
-                  f"--stream-interval-s 0.5 --log-json")
-        argv += ["--circus-endpoint", circus_endpoint, "--worker-cmd", f"'{worker}'",
-                 "--worker-log-dir", str(cfg.out_dir / "logs"), "--gpu-pool", ",".join(str(i) for i in range(cfg.gpu_budget)),
-                 "--worker-drain-timeout-s", "120", "--components", "prefill,decode"]
+        worker = (
+            f"{sys.executable} -m planner_engine_sim --worker-id {{worker_id}} --component {{component}} "
+            f"--namespace {{namespace}} --nats-url {{nats_url}} --zmq-port-base 0 --http-port 0 "
+            f"--time-compression {c} --startup-delay-s {cfg.startup_delay_s} --timing roofline "
+            f"--model-config {fleet['model_config']} --gpu {cfg.gpu} --num-gpu-blocks {fleet['num_gpu_blocks']} "
+            f"--stream-interval-s 0.5 --log-json"
+        )
+        argv += [
+            "--circus-endpoint",
+            circus_endpoint,
+            "--worker-cmd",
+            f"'{worker}'",
+            "--worker-log-dir",
+            str(cfg.out_dir / "logs"),
+            "--gpu-pool",
+            ",".join(str(i) for i in range(cfg.gpu_budget)),
+            "--worker-drain-timeout-s",
+            "120",
+            "--components",
+            "prefill,decode",
+        ]
     return argv
 
 
@@ -97,8 +140,10 @@ async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
     (out / "logs").mkdir(exist_ok=True)
     reqs = workload.build(cfg.trace, cfg.load_s, cfg.base_rate_per_s, cfg.peak_rate_per_s)
     workload.write_mooncake(reqs, out / "workload.jsonl")
-    console.print(f"[bold]workload[/]: {len(reqs)} requests over {cfg.load_s:.0f} s "
-                  f"(rate {cfg.base_rate_per_s:g} -> {cfg.peak_rate_per_s:g} -> 0 req/s, ISL/OSL from the Azure conv trace)")
+    console.print(
+        f"[bold]workload[/]: {len(reqs)} requests over {cfg.load_s:.0f} s "
+        f"(rate {cfg.base_rate_per_s:g} -> {cfg.peak_rate_per_s:g} -> 0 req/s, ISL/OSL from the Azure conv trace)"
+    )
 
     fleet = _prepare_fleet(cfg, console)
     nats = NatsServer(store_dir=out / "nats").start()
@@ -110,14 +155,24 @@ async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
         ports = {name: free_port() for name in processes.SERVICES}
         circus = processes.start_circus(out, {}, {})
         watchers = {
-            name: _service_argv(name, cfg, nats.url, ports[name], circus.endpoint, fleet) for name in processes.SERVICES
+            name: _service_argv(name, cfg, nats.url, ports[name], circus.endpoint, fleet)
+            for name in processes.SERVICES
         }
         for name, argv in watchers.items():
             log = out / "logs" / f"{name}.log"
-            circus.call("add", timeout_s=60, name=name, cmd=" ".join(argv), start=True,
-                        options={"copy_env": True, "graceful_timeout": 60,
-                                 "stdout_stream": {"class": "FileStream", "filename": str(log)},
-                                 "stderr_stream": {"class": "FileStream", "filename": str(log)}})
+            circus.call(
+                "add",
+                timeout_s=60,
+                name=name,
+                cmd=" ".join(argv),
+                start=True,
+                options={
+                    "copy_env": True,
+                    "graceful_timeout": 60,
+                    "stdout_stream": {"class": "FileStream", "filename": str(log)},
+                    "stderr_stream": {"class": "FileStream", "filename": str(log)},
+                },
+            )
         console.print(f"[bold]circusd[/] {circus.endpoint}: {', '.join(processes.SERVICES)}")
         unhealthy = await asyncio.to_thread(processes.wait_healthy, ports, 90)
         if unhealthy:
@@ -132,11 +187,31 @@ async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
 
         loadgen_log = (out / "logs" / "loadgen.log").open("ab")
         loadgen = subprocess.Popen(  # noqa: ASYNC220 - starting a child is quick; we never wait on it here
-            [sys.executable, "-m", "planner_loadgen", "--nats-url", nats.url, "--namespace", cfg.namespace,
-             "--http-port", str(free_port()), "--trace", str(out / "workload.jsonl"), "--interval-s", "5",
-             "--latency-scale", str(cfg.time_compression), "--results-file", str(out / "requests.jsonl"),
-             "--mode", "disagg"],
-            stdout=loadgen_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+            [
+                sys.executable,
+                "-m",
+                "planner_loadgen",
+                "--nats-url",
+                nats.url,
+                "--namespace",
+                cfg.namespace,
+                "--http-port",
+                str(free_port()),
+                "--trace",
+                str(out / "workload.jsonl"),
+                "--interval-s",
+                "5",
+                "--latency-scale",
+                str(cfg.time_compression),
+                "--results-file",
+                str(out / "requests.jsonl"),
+                "--mode",
+                "disagg",
+            ],
+            stdout=loadgen_log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
         )
         t_load = time.monotonic()
         total = cfg.load_s + cfg.cooldown_s
@@ -146,8 +221,9 @@ async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
             if loadgen is None or loadgen.poll() is None:
                 return False
             st = rec.latest_replicas()
-            at_min = st is not None and all(cr.ready <= 1 and cr.desired <= 1 and cr.draining == 0
-                                            for cr in st.components.values())
+            at_min = st is not None and all(
+                cr.ready <= 1 and cr.desired <= 1 and cr.draining == 0 for cr in st.components.values()
+            )
             return at_min and not rec.unacked_decisions()
 
         async def loop(update: Any) -> None:
@@ -170,7 +246,9 @@ async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
             def printer(_: Any) -> None:
                 if time.monotonic() - last[0] > 15:
                     last[0] = time.monotonic()
-                    console.print(render(rec, time.monotonic() - t_load, total, cfg.ttft_ms, cfg.itl_ms, phase))
+                    console.print(
+                        render(rec, time.monotonic() - t_load, total, cfg.ttft_ms, cfg.itl_ms, phase)
+                    )
 
             await loop(printer)
         await asyncio.sleep(1.0)
@@ -203,14 +281,19 @@ def _prepare_fleet(cfg: DemoConfig, console: Console) -> dict[str, Any]:
     model = REPO.parent / "shared" / "data" / "model_configs" / "meta-llama--Llama-3.1-8B.json"
     if not model.exists():
         model = write_default_model_config(cfg.out_dir / "model-config.json")
-    summary, _, _ = estimate_profile(model, cfg.gpu, cfg.out_dir / "profile", ttft_ms=cfg.ttft_ms, itl_ms=cfg.itl_ms)
+    summary, _, _ = estimate_profile(
+        model, cfg.gpu, cfg.out_dir / "profile", ttft_ms=cfg.ttft_ms, itl_ms=cfg.itl_ms
+    )
     console.print(
         f"[bold]fleet[/]: Llama-3.1-8B-class engines on {cfg.gpu} (roofline timing), "
         f"{summary['prefill_req_per_s_per_engine']} req/s prefill and {summary['decode_req_per_s_per_engine']} "
         f"req/s decode per engine at the SLA; profile for the decider in {cfg.out_dir / 'profile'}"
     )
-    return {"model_config": model.resolve(), "profile_dir": (cfg.out_dir / "profile").resolve(),
-            "num_gpu_blocks": summary["num_gpu_blocks"]}
+    return {
+        "model_config": model.resolve(),
+        "profile_dir": (cfg.out_dir / "profile").resolve(),
+        "num_gpu_blocks": summary["num_gpu_blocks"],
+    }
 
 
 def _read_results(path: Path) -> list[dict[str, Any]]:

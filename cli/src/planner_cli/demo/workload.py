@@ -28,14 +28,22 @@ def rise_and_fall_rate(t: float, load_s: float, base: float, peak: float) -> flo
 
 
 def build(
-    trace: Path | None, load_s: float, base_rate: float, peak_rate: float, seed: int = 7,
-    max_isl: int = 6000, max_osl: int = 1024,
+    trace: Path | None,
+    load_s: float,
+    base_rate: float,
+    peak_rate: float,
+    seed: int = 7,
+    max_isl: int = 6000,
+    max_osl: int = 1024,
 ) -> list[TraceRequest]:
     rng = np.random.default_rng(seed)
     if trace is not None and trace.exists():
         pool = [(r.input_tokens, r.output_tokens) for r in read_azure_csv(trace).requests]
     else:
-        pool = [(r.input_tokens, r.output_tokens) for r in synthetic("constant", 3600, 5, 1150, 210, length_jitter=0.6, seed=seed)]
+        pool = [
+            (r.input_tokens, r.output_tokens)
+            for r in synthetic("constant", 3600, 5, 1150, 210, length_jitter=0.6, seed=seed)
+        ]
     out: list[TraceRequest] = []
     t, i = 0.0, 0
     lam = max(peak_rate, base_rate, 1e-6)
@@ -53,5 +61,13 @@ def build(
 def write_mooncake(requests: list[TraceRequest], path: Path) -> None:
     with path.open("w") as fh:
         for r in requests:
-            fh.write(json.dumps({"timestamp": math.floor(r.arrival_s * 1000), "input_length": r.input_tokens,
-                                 "output_length": r.output_tokens}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "timestamp": math.floor(r.arrival_s * 1000),
+                        "input_length": r.input_tokens,
+                        "output_length": r.output_tokens,
+                    }
+                )
+                + "\n"
+            )

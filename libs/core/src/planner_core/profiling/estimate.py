@@ -27,7 +27,13 @@ class EngineShape:
     gpus: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("max_kv_tokens", "max_num_batched_tokens", "max_num_seqs", "context_length_tokens", "gpus"):
+        for name in (
+            "max_kv_tokens",
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "context_length_tokens",
+            "gpus",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -58,8 +64,12 @@ def estimate_decode(
             itl.append(step_s * 1000.0)
             thpt.append(n / step_s / shape.gpus)
     return DecodeProfile(
-        kv_usage=np.array(kv), context_length_tokens=np.array(ctx_out), itl_ms=np.array(itl),
-        thpt_per_gpu=np.array(thpt), max_kv_tokens=shape.max_kv_tokens, source="estimate",
+        kv_usage=np.array(kv),
+        context_length_tokens=np.array(ctx_out),
+        itl_ms=np.array(itl),
+        thpt_per_gpu=np.array(thpt),
+        max_kv_tokens=shape.max_kv_tokens,
+        source="estimate",
     )
 
 
@@ -73,15 +83,20 @@ class Recommendation:
     decode_max_concurrency_at_itl: float
 
 
-def recommend(prefill: PrefillProfile, decode: DecodeProfile, ttft_ms: float, itl_ms: float, isl: float,
-              context: float) -> Recommendation:
+def recommend(
+    prefill: PrefillProfile, decode: DecodeProfile, ttft_ms: float, itl_ms: float, isl: float, context: float
+) -> Recommendation:
     ok = prefill.isl_tokens[prefill.ttft_ms <= ttft_ms]
     thpt_isl = float(np.interp(isl, prefill.isl_tokens, prefill.thpt_per_gpu))
     near = np.abs(decode.context_length_tokens - context)
     rows = near == near.min()
     meets = rows & (decode.itl_ms <= itl_ms)
     best = float(decode.thpt_per_gpu[meets].max()) if meets.any() else 0.0
-    conc = float((decode.kv_usage[meets] * decode.max_kv_tokens / decode.context_length_tokens[meets]).max()) if meets.any() else 0.0
+    conc = (
+        float((decode.kv_usage[meets] * decode.max_kv_tokens / decode.context_length_tokens[meets]).max())
+        if meets.any()
+        else 0.0
+    )
     return Recommendation(
         max_isl_meeting_ttft=float(ok.max()) if ok.size else None,
         prefill_thpt_per_gpu_at_isl=thpt_isl,
