@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner_actuator_circus.command import TemplateError, WorkerCommand
-from planner_actuator_circus.decisions import select
+from planner_runtime.decisions import select
 from planner_actuator_circus.planning import allocate, budget_error, next_index, pick_victims
 from planner_actuator_circus.settings import CircusActuatorSettings, parse_component_map
 from planner_actuator_circus.state import Phase, WorkerRecord, name_pattern, parse_watcher_name, watcher_name

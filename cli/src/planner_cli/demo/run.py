@@ -4,11 +4,14 @@ the circus actuator), traffic that rises and falls to zero, a live view, then a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,7 +137,69 @@ async def _wait_ready(rec: Recorder, components: tuple[str, ...], timeout_s: flo
     return False
 
 
-async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
+@dataclass
+class Stack:
+    """A running planner: nats-server, circusd with every service as a watcher, a recorder on the
+    bus, and (once started) the loadgen. Built by :func:`running_stack`; the demo and ``planner
+    chaos`` both drive it."""
+
+    cfg: DemoConfig
+    nats: NatsServer
+    circus: processes.Circus
+    ports: dict[str, int]
+    """HTTP (/healthz, /metrics) port of every service watcher."""
+    bus: Bus
+    rec: Recorder
+    requests: int
+    """Requests in the workload."""
+    loadgen: subprocess.Popen[bytes] | None = None
+
+    def start_loadgen(self) -> subprocess.Popen[bytes]:
+        out = self.cfg.out_dir
+        loadgen_log = (out / "logs" / "loadgen.log").open("ab")
+        self.loadgen = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "planner_loadgen",
+                "--nats-url",
+                self.nats.url,
+                "--namespace",
+                self.cfg.namespace,
+                "--http-port",
+                str(free_port()),
+                "--trace",
+                str(out / "workload.jsonl"),
+                "--interval-s",
+                "5",
+                "--latency-scale",
+                str(self.cfg.time_compression),
+                "--results-file",
+                str(out / "requests.jsonl"),
+                "--mode",
+                "disagg",
+            ],
+            stdout=loadgen_log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+        loadgen_log.close()
+        return self.loadgen
+
+    def stop_loadgen(self) -> None:
+        if self.loadgen is not None and self.loadgen.poll() is None:
+            self.loadgen.send_signal(signal.SIGTERM)
+            try:
+                self.loadgen.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.loadgen.kill()
+
+
+@contextlib.asynccontextmanager
+async def running_stack(cfg: DemoConfig, console: Console) -> AsyncIterator[Stack]:
+    """Workload, fleet profile, nats-server, circusd and every service, a recorder attached, and the
+    first prefill and decode workers ready. Everything is stopped on exit."""
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
@@ -146,9 +211,12 @@ async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
     )
 
     fleet = _prepare_fleet(cfg, console)
+    # A fresh JetStream store per run: decisions, decision ids and actuator state left by an earlier
+    # run in the same folder describe workers that no longer exist.
+    shutil.rmtree(out / "nats", ignore_errors=True)
     nats = NatsServer(store_dir=out / "nats").start()
     circus: processes.Circus | None = None
-    loadgen: subprocess.Popen[bytes] | None = None
+    stack: Stack | None = None
     bus: Bus | None = None
     try:
         console.print(f"[bold]nats-server[/] {nats.url}")
@@ -184,41 +252,29 @@ async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
         console.print("waiting for the first prefill and decode workers (started by the actuator) ...")
         if not await _wait_ready(rec, ("prefill", "decode"), 120):
             raise RuntimeError(f"no ready workers after 120 s; see {out / 'logs'}")
+        stack = Stack(cfg=cfg, nats=nats, circus=circus, ports=ports, bus=bus, rec=rec, requests=len(reqs))
+        yield stack
+    finally:
+        if stack is not None:
+            stack.stop_loadgen()
+        if bus is not None:
+            await bus.close()
+        if circus is not None:
+            await asyncio.to_thread(circus.stop, 120)
+        nats.close()
 
-        loadgen_log = (out / "logs" / "loadgen.log").open("ab")
-        loadgen = subprocess.Popen(  # noqa: ASYNC220 - starting a child is quick; we never wait on it here
-            [
-                sys.executable,
-                "-m",
-                "planner_loadgen",
-                "--nats-url",
-                nats.url,
-                "--namespace",
-                cfg.namespace,
-                "--http-port",
-                str(free_port()),
-                "--trace",
-                str(out / "workload.jsonl"),
-                "--interval-s",
-                "5",
-                "--latency-scale",
-                str(cfg.time_compression),
-                "--results-file",
-                str(out / "requests.jsonl"),
-                "--mode",
-                "disagg",
-            ],
-            stdout=loadgen_log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
-        )
+
+async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
+    out = cfg.out_dir
+    async with running_stack(cfg, console) as stack:
+        rec = stack.rec
+        loadgen = stack.start_loadgen()
         t_load = time.monotonic()
         total = cfg.load_s + cfg.cooldown_s
         phase = "load"
 
         def done() -> bool:
-            if loadgen is None or loadgen.poll() is None:
+            if loadgen.poll() is None:
                 return False
             st = rec.latest_replicas()
             at_min = st is not None and all(
@@ -230,7 +286,7 @@ async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
             nonlocal phase
             while True:
                 elapsed = time.monotonic() - t_load
-                if loadgen is not None and loadgen.poll() is not None and phase == "load":
+                if loadgen.poll() is not None and phase == "load":
                     phase = "traffic over: scaling down"
                 update(render(rec, elapsed, total, cfg.ttft_ms, cfg.itl_ms, phase))
                 if done() or elapsed > total + 60:
@@ -252,7 +308,7 @@ async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
 
             await loop(printer)
         await asyncio.sleep(1.0)
-        results = _read_results(out / "requests.jsonl")
+        results = read_results(out / "requests.jsonl")
         figures = report.summary(rec, results, cfg.ttft_ms, cfg.itl_ms)
         figures["scaled_down_at_end"] = done()
         figures["wall_s"] = round(time.monotonic() - t_load, 1)
@@ -261,18 +317,6 @@ async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
         report.write_html(rec, figures, png, out / "report.html")
         (out / "summary.json").write_text(json.dumps(figures, indent=2, default=str))
         return figures
-    finally:
-        if loadgen is not None and loadgen.poll() is None:
-            loadgen.send_signal(signal.SIGTERM)
-            try:
-                loadgen.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                loadgen.kill()
-        if bus is not None:
-            await bus.close()
-        if circus is not None:
-            await asyncio.to_thread(circus.stop, 120)
-        nats.close()
 
 
 def _prepare_fleet(cfg: DemoConfig, console: Console) -> dict[str, Any]:
@@ -296,7 +340,7 @@ def _prepare_fleet(cfg: DemoConfig, console: Console) -> dict[str, Any]:
     }
 
 
-def _read_results(path: Path) -> list[dict[str, Any]]:
+def read_results(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     rows = []

@@ -220,3 +220,23 @@ def settings_from_args(cls: type[S], argv: Sequence[str], prog: str) -> S:
     ns = parser.parse_args(list(argv))
     flags = {k.removeprefix("setting__"): v for k, v in vars(ns).items() if k.startswith("setting__")}
     return load_settings(cls, flags=flags, config_file=ns.config)
+
+
+class LeaseSettings(BaseSettings, frozen=True, kw_only=True):
+    """What a service with one active instance and optional standbys adds (DESIGN section 4a)."""
+
+    lease_ttl_s: Annotated[float, Meta(ge=0.5, le=600)] = 10.0
+    """A lease not renewed for this long expires and a standby takes over; the active instance
+    stops acting on its own shortly before. The ``planner_leases`` bucket keeps the TTL it was
+    created with (the first instance's), and every instance goes by the bucket's."""
+    lease_renew_s: Annotated[float, Meta(gt=0, le=200)] = 2.0
+    """How often the active instance renews its lease, and a standby checks whether it is free
+    (a standby also takes over at once when the active one releases the lease on shutdown)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.lease_renew_s * 3 > self.lease_ttl_s:
+            raise ValueError(
+                f"lease_renew_s ({self.lease_renew_s:g}) must be at most a third of lease_ttl_s "
+                f"({self.lease_ttl_s:g}), so that a renewal or two can fail without losing the lease"
+            )

@@ -20,7 +20,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from planner_actuator_circus.circusctl import CircusControl, CircusError, ErrorKind
 from planner_actuator_circus.command import TemplateError
-from planner_actuator_circus.decisions import DecisionFeed, select
+from planner_runtime.decisions import DecisionFeed, select
 from planner_actuator_circus.planning import allocate, budget_error, next_index, pick_victims
 from planner_actuator_circus.settings import CircusActuatorSettings
 from planner_actuator_circus.state import (

@@ -16,7 +16,7 @@ import nats
 from msgspec import Meta
 from prometheus_client import Counter
 
-from planner_actuator_k8s.decisions import DecisionFeed, select
+from planner_runtime.decisions import DecisionFeed, select
 from planner_actuator_k8s.kube import (
     ErrorKind,
     KubeError,

@@ -1,7 +1,8 @@
 """The decision stream as an actuator reads it: a durable JetStream pull consumer, newest wins.
 
-(The circus actuator has a twin of this module: services may not import each other. It belongs in
-planner_runtime once that package can be changed.)
+Shared by every actuator (services may not import each other). Only the active instance of an
+actuator reads the feed: its standbys share the durable consumer and would otherwise split the
+decisions between them.
 """
 
 from __future__ import annotations
@@ -89,6 +90,19 @@ class DecisionFeed:
                 await sub.unsubscribe()
             except (nats.errors.Error, TimeoutError):
                 pass
+
+    async def last(self) -> ScalingDecision | None:
+        """The newest decision on the stream (None when there is none or it does not decode); a
+        newly active actuator uses it to carry on with the decision its predecessor was applying."""
+        try:
+            raw = await self.bus.js.get_last_msg(self.subjects.decision_stream(), self.subjects.decision())
+        except NotFoundError:
+            return None
+        try:
+            return decode(raw.data or b"", ScalingDecision)
+        except DecodeError as exc:
+            self.bus.count_bad(self.subjects.decision(), exc.reason)
+            return None
 
     @staticmethod
     async def ack_all(msgs: list[Any]) -> None:

@@ -1,0 +1,173 @@
+"""Scale: the decider and the regression service fed by ~1000 engines' FPM streams through 3 relays.
+
+Everything is real and in its own process: an embedded nats-server, synthetic engines (a few
+processes owning one ZMQ PUB socket per engine, registered in ``planner_engines``), 3 fpm-relays
+sharing the engines (KV discovery + claims, or static lists), one regression and one decider. See
+``benchmarks/scale/harness.py`` for what is measured and how.
+
+Rate: a decode engine runs one forward pass per generated token step, 20-40 ms each under load, i.e.
+25-50 FPM/s; the default 25/s is the busy end of a large-batch decode engine (40 ms passes), with 10%
+of the engines idle (1 s heartbeats). On a 2-core machine the whole pipeline may not sustain
+1000 x 25/s next to its own publishers; lower ``--rate`` and read the per-message CPU cost and the
+extrapolation in the output.
+
+    uv run python benchmarks/bench_scale.py [--engines 1000] [--rate 25] [--duration-s 60]
+        [--discovery kv|static|both] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scale.harness import ScaleConfig, extrapolate, run
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{1000 * v:.1f}"
+
+
+def _f(v: float | None, fmt: str = ".1f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def table(res: dict[str, Any], target_rate: float) -> str:
+    c = res["config"]
+    d = res["discovery"]
+    rt = res["relay_total"]
+    reg = res["regression"]
+    dec = res["decider"]
+    lines = [
+        f"== scale: {c['engines']} engines ({res['components']}, {res['idle_engines']} idle), "
+        f"{c['rate']:g} FPM/s per busy engine, discovery={c['discovery']}, {c['relays']} relays, "
+        f"window {res['window_s']:.0f} s ==",
+        f"discovery: sockets bound {d['bind_s']:.1f} s; registry filled {d['registry_fill_s']:.1f} s; "
+        f"all subscribed {_f(d['all_subscribed_after_registration_s'])} s and all in snapshots "
+        f"{_f(d['all_in_snapshots_after_registration_s'])} s after registration",
+        f"offered {res['offered_per_s']:.0f} msg/s; engines sent {res['engines']['sent_per_s']:.0f} msg/s "
+        f"(skipped when behind: {res['engines']['skipped_behind']:.0f}); relays published "
+        f"{rt['relayed_per_s']:.0f} msg/s; regression received {reg['received_per_s']:.0f} msg/s",
+        f"losses: sequence gaps {rt['seq_gaps']:.0f}, lease drops {rt['lease_drops']:.0f}, bad {rt['bad']:.0f}, "
+        f"NATS slow consumers {res['nats']['slow_consumers']}; engines on two relays "
+        f"{rt['engines_on_two_relays']}, silent engines {rt['engines_silent']}",
+        "",
+        f"{'relay':<10} {'engines':>7} {'msg/s':>8} {'gaps':>6} {'lease':>6} {'hb tick p50/p99 ms':>20}",
+    ]
+    for r in res["relays"]:
+        t = r["heartbeat_tick"]
+        lines.append(
+            f"{r['name']:<10} {r['engines']:>7} {r['relayed_per_s']:>8.0f} {r['seq_gaps']:>6.0f} "
+            f"{r['lease_drops']:>6.0f} {_ms(t['p50_s']) + ' / ' + _ms(t['p99_s']):>20}"
+        )
+    lines += [
+        "",
+        f"{'tick':<12} {'count':>6} {'expected':>8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}",
+    ]
+    for name, t, exp in (
+        ("regression", reg["tick"], res["window_s"] / c["regression_tick_s"]),
+        ("decider", dec["tick"], dec["expected_ticks"]),
+    ):
+        lines.append(
+            f"{name:<12} {t['count']:>6} {exp:>8.0f} {_ms(t['p50_s']):>8} {_ms(t['p99_s']):>8} {_ms(t['mean_s']):>8}"
+        )
+    lines.append("(p50/p99 interpolated in planner_tick_seconds buckets 1/5/10/50/100/500 ms; mean is exact)")
+    lines += [
+        "",
+        f"{'snapshot':<10} {'count':>6} {'expect':>6} {'gap p50 s':>9} {'gap max s':>9} {'workers':>9} "
+        f"{'KiB max':>8} {'held':>5}",
+    ]
+    for comp, s in sorted(reg["snapshots"].items()):
+        lines.append(
+            f"{comp:<10} {s['count']:>6} {s['expected']:>6.0f} {_f(s['interval_p50_s'], '.2f'):>9} "
+            f"{_f(s['interval_max_s'], '.2f'):>9} {s['workers_min']:>4}-{s['workers_max']:<4} "
+            f"{s['bytes_max'] / 1024:>8.0f} {'yes' if s['held'] else 'NO':>5}"
+        )
+    lines.append(
+        f"decider: {dec['decisions']} decisions published; model ready {reg['model_ready']}; "
+        f"cadence held: {'yes' if res['cadence_held'] else 'NO'}"
+    )
+    lines += ["", f"{'process':<12} {'CPU %':>6} {'us/msg':>7} {'RSS MiB':>8} {'peak MiB':>8}"]
+    for p in res["processes"]:
+        lines.append(
+            f"{p['name']:<12} {p['cpu_pct']:>6.1f} {_f(p['cpu_us_per_msg']):>7} {p['rss_mb']:>8.0f} "
+            f"{p['peak_rss_mb']:>8.0f}"
+        )
+    m = res["machine"]
+    lines.append(
+        f"machine: {m['cpus']} CPUs, {m['busy_pct']:.0f}% busy (100% = one core); ours {m['ours_pct']:.0f}%, "
+        f"other load {m['others_pct']:.0f}%"
+    )
+    per = res["cpu_us_per_relayed_msg"]
+    cores = extrapolate(res, c["engines"], target_rate)
+    lines.append(
+        "CPU per relayed FPM: "
+        + ", ".join(f"{k} {v:.1f} us" for k, v in sorted(per.items()))
+        + f"; total {sum(per.values()):.1f} us"
+    )
+    lines.append(
+        f"extrapolated to {c['engines']} engines x {target_rate:g} FPM/s (fixed per-second costs folded into "
+        "the per-message figure, so this over-estimates at higher rates): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items()))
+        + f" cores; total {sum(cores.values()):.2f}"
+    )
+    if res.get("dead") or res.get("exit_codes_nonzero"):
+        lines.append(
+            f"PROCESS PROBLEMS: died {res.get('dead')}, non-zero exits {res.get('exit_codes_nonzero')}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--engines", type=int, default=1000)
+    ap.add_argument("--rate", type=float, default=25.0, help="FPM/s per busy engine (default 25)")
+    ap.add_argument("--duration-s", type=float, default=60.0, help="measurement window (default 60)")
+    ap.add_argument("--discovery", choices=("kv", "static", "both"), default="kv")
+    ap.add_argument("--relays", type=int, default=3)
+    ap.add_argument("--engine-procs", type=int, default=2)
+    ap.add_argument("--idle-fraction", type=float, default=0.1)
+    ap.add_argument("--prefill-fraction", type=float, default=0.25)
+    ap.add_argument("--transport", choices=("tcp", "ipc"), default="tcp")
+    ap.add_argument("--decider-interval-s", type=float, default=2.0)
+    ap.add_argument("--target-rate", type=float, default=25.0, help="rate to extrapolate the CPU cost to")
+    ap.add_argument("--keep-logs", default="", help="copy the processes' logs to this folder")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    a = ap.parse_args(argv)
+    modes = ("kv", "static") if a.discovery == "both" else (a.discovery,)
+    results = []
+    try:
+        for mode in modes:
+            cfg = ScaleConfig(
+                engines=a.engines,
+                rate=a.rate,
+                duration_s=a.duration_s,
+                discovery=mode,
+                relays=a.relays,
+                engine_procs=a.engine_procs,
+                idle_fraction=a.idle_fraction,
+                prefill_fraction=a.prefill_fraction,
+                transport=a.transport,
+                decider_interval_s=a.decider_interval_s,
+                keep_logs=f"{a.keep_logs}/{mode}" if a.keep_logs else "",
+            )
+            res = run(cfg)
+            res["extrapolated_cores"] = extrapolate(res, a.engines, a.target_rate)
+            results.append(res)
+            if not a.json:
+                print(table(res, a.target_rate), flush=True)
+                print()
+    except KeyboardInterrupt:
+        print("interrupted: every process was stopped", file=sys.stderr)
+        return 130
+    if a.json:
+        print(json.dumps(results[0] if len(results) == 1 else results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

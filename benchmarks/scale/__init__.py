@@ -1,0 +1,1 @@
+"""The scale bench harness (``benchmarks/bench_scale.py``) and its synthetic engine processes."""

@@ -1,0 +1,323 @@
+"""Engines the live profiler talks to: engine-sim over NATS, or an OpenAI-compatible HTTP server.
+
+Each endpoint turns one (ISL, OSL) request into a :class:`StreamTrace`:
+
+- engine-sim: a GenerateRequest on ``Subjects.generate(worker_id)``, TokenChunks back on a private
+  reply subject. Chunks carry the engine's own (uncompressed) clock, ``engine_time_s``, which gives
+  the ITL free of NATS and client jitter; TTFT is the client's wall time times the engine's time
+  compression (given, or estimated on the warm-up from chunk clocks against wall clock).
+- OpenAI-compatible: a streamed ``/completions`` request with ``max_tokens`` (and ``ignore_eos`` /
+  ``min_tokens`` so the full OSL is produced, where the server takes them), prompt as token ids (exact
+  ISL) or as words (approximate). TTFT = first streamed choice; ITL from the gaps between chunks,
+  each chunk counted as one token unless the final ``usage`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from planner_core.profiling import EngineLimits, StreamTrace
+
+
+class EndpointError(RuntimeError):
+    pass
+
+
+class Endpoint(Protocol):
+    name: str
+
+    async def limits(self) -> EngineLimits | None: ...
+
+    async def warm_up(self) -> None: ...
+
+    async def generate(self, isl: int, osl: int) -> StreamTrace: ...
+
+    async def close(self) -> None: ...
+
+
+# ---- engine-sim over NATS ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Pending:
+    sent_wall: float
+    done: asyncio.Future[None]
+    walls: list[float] = field(default_factory=list)
+    engine: list[float] = field(default_factory=list)
+    totals: list[int] = field(default_factory=list)
+    first_wall: float | None = None
+    error: str = ""
+    last_seen: float = 0.0
+
+
+class NatsEngineEndpoint:
+    """One engine-sim worker reached over NATS."""
+
+    def __init__(
+        self,
+        nats_url: str,
+        namespace: str,
+        worker_id: str,
+        *,
+        time_compression: float = 0.0,
+        stall_timeout_s: float = 30.0,
+        limits_timeout_s: float = 20.0,
+    ) -> None:
+        self.nats_url = nats_url
+        self.namespace = namespace
+        self.worker_id = worker_id
+        self.name = f"engine-sim {worker_id}"
+        self.time_compression = time_compression
+        self.stall_timeout_s = stall_timeout_s
+        self.limits_timeout_s = limits_timeout_s
+        self._bus: Any = None
+        self._inbox = f"_PROFILE.{uuid.uuid4().hex}"
+        self._pending: dict[str, _Pending] = {}
+        self._seq = 0
+
+    async def connect(self) -> NatsEngineEndpoint:
+        from planner_proto.subjects import Subjects
+        from planner_runtime.bus import Bus
+        from planner_runtime.settings import BaseSettings
+
+        settings = BaseSettings(nats_url=self.nats_url, namespace=self.namespace, log_level="warning")
+        self._subjects = Subjects(self.namespace, settings.subject_prefix)
+        try:
+            self._bus = await Bus.connect(settings, name="planner-profile", max_wait_s=10.0)
+        except ConnectionError as exc:
+            raise EndpointError(str(exc)) from None
+        await self._bus.subscribe_raw(f"{self._inbox}.*", self._on_chunk)
+        return self
+
+    async def _on_chunk(self, data: bytes, subject: str) -> None:
+        from planner_proto import TokenChunk, decode
+
+        now = time.perf_counter()
+        chunk = decode(data, TokenChunk)
+        p = self._pending.get(chunk.request_id)
+        if p is None:
+            return
+        p.last_seen = now
+        if chunk.error:
+            p.error = chunk.error
+        elif chunk.tokens > 0:
+            if p.first_wall is None:
+                p.first_wall = now
+            p.walls.append(now)
+            p.engine.append(chunk.engine_time_s)
+            p.totals.append(chunk.total_tokens)
+        if (chunk.finished or chunk.error) and not p.done.done():
+            p.done.set_result(None)
+
+    async def limits(self) -> EngineLimits | None:
+        """The engine's capabilities from its ``planner_engines`` registry entry (waits for it)."""
+        from planner_proto import EngineInfo
+        from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
+        from planner_runtime.bus import kv_get
+
+        kv = await self._bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
+        deadline = time.monotonic() + self.limits_timeout_s
+        while time.monotonic() < deadline:
+            for comp in ("agg", "decode", "prefill"):
+                info = await kv_get(kv, self._subjects.engine_key(comp, self.worker_id), EngineInfo)
+                if info is not None:
+                    cap = info.capabilities
+                    return EngineLimits(
+                        max_kv_tokens=max(1, cap.max_kv_tokens),
+                        context_length_tokens=cap.context_length_tokens,
+                        max_num_seqs=cap.max_num_seqs,
+                        gpus=max(1, cap.gpus),
+                    )
+            await asyncio.sleep(0.2)
+        raise EndpointError(
+            f"engine {self.worker_id!r} is not registered in namespace {self.namespace!r} "
+            f"(no {ENGINES_BUCKET} entry after {self.limits_timeout_s:.0f} s)"
+        )
+
+    async def _request(self, isl: int, osl: int) -> _Pending:
+        from planner_proto import GenerateRequest
+
+        self._seq += 1
+        rid = f"profile-{self._seq}"
+        loop = asyncio.get_running_loop()
+        req = GenerateRequest(
+            request_id=rid, input_tokens=isl, output_tokens=osl, reply_subject=f"{self._inbox}.{rid}"
+        )
+        p = _Pending(sent_wall=time.perf_counter(), done=loop.create_future())
+        p.last_seen = p.sent_wall
+        self._pending[rid] = p
+        await self._bus.publish(self._subjects.generate(self.worker_id), req)
+        try:
+            while not p.done.done():
+                try:
+                    await asyncio.wait_for(asyncio.shield(p.done), timeout=1.0)
+                except TimeoutError:
+                    # engine-sim sends keep-alive chunks every second while a request waits
+                    if time.perf_counter() - p.last_seen > self.stall_timeout_s:
+                        p.error = f"no chunk for {self.stall_timeout_s:.0f} s"
+                        break
+        finally:
+            self._pending.pop(rid, None)
+        return p
+
+    async def warm_up(self) -> None:
+        """One short request; estimates the time compression when it was not given."""
+        p = await self._request(100, 128)
+        if p.error:
+            raise EndpointError(f"warm-up request failed on {self.worker_id}: {p.error}")
+        if self.time_compression <= 0:
+            est = 0.0
+            if len(p.walls) >= 2 and p.walls[-1] > p.walls[0]:
+                est = (p.engine[-1] - p.engine[0]) / (p.walls[-1] - p.walls[0])
+            self.time_compression = est if est > 0 else 1.0
+
+    async def generate(self, isl: int, osl: int) -> StreamTrace:
+        p = await self._request(isl, osl)
+        if p.error or p.first_wall is None:
+            return StreamTrace(ttft_s=-1.0, error=p.error or "no tokens")
+        scale = self.time_compression if self.time_compression > 0 else 1.0
+        return StreamTrace(
+            ttft_s=(p.first_wall - p.sent_wall) * scale,
+            times_s=tuple(p.engine),
+            tokens=tuple(p.totals),
+        )
+
+    async def close(self) -> None:
+        if self._bus is not None:
+            await self._bus.close()
+            self._bus = None
+
+
+# ---- OpenAI-compatible HTTP ---------------------------------------------------------------------------
+
+_WORDS = ("time", "people", "water", "house", "story", "light", "music", "river", "paper", "world")
+
+
+class OpenAIEndpoint:
+    """An OpenAI-compatible server (vLLM, SGLang, TRT-LLM, llama.cpp, ...): streamed completions."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str = "",
+        ignore_eos: bool = True,
+        prompt_format: str = "tokens",
+        limits: EngineLimits | None = None,
+        timeout_s: float = 600.0,
+        seed: int = 0,
+    ) -> None:
+        import httpx
+
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = f"openai {self.base_url}"
+        self.ignore_eos = ignore_eos
+        self.prompt_format = prompt_format
+        self._limits = limits
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=10.0),
+            headers=headers,
+            limits=httpx.Limits(max_connections=4096, max_keepalive_connections=256),
+        )
+        self._rng = random.Random(seed)
+
+    async def connect(self) -> OpenAIEndpoint:
+        return self
+
+    async def limits(self) -> EngineLimits | None:
+        """The limits given by flags; the context length from ``/models`` (vLLM's max_model_len) when
+        the flags left it out."""
+        if self._limits is not None:
+            return self._limits
+        return None
+
+    async def model_context_length(self) -> int | None:
+        import httpx
+
+        try:
+            r = await self._client.get(f"{self.base_url}/models")
+            r.raise_for_status()
+            for m in r.json().get("data", []):
+                if m.get("id") == self.model and m.get("max_model_len"):
+                    return int(m["max_model_len"])
+        except (httpx.HTTPError, ValueError, TypeError, AttributeError):
+            return None
+        return None
+
+    def _prompt(self, isl: int) -> list[int] | str:
+        if self.prompt_format == "tokens":
+            # random ids from the range every common vocabulary has: no prefix-cache hits between requests
+            return [self._rng.randrange(1000, 30000) for _ in range(isl)]
+        return " ".join(self._rng.choice(_WORDS) for _ in range(isl))
+
+    def _body(self, isl: int, osl: int) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": self._prompt(isl),
+            "max_tokens": osl,
+            "stream": True,
+            "temperature": 0.0,
+            "stream_options": {"include_usage": True},
+        }
+        if self.ignore_eos:
+            body["ignore_eos"] = True
+            body["min_tokens"] = osl
+        return body
+
+    async def warm_up(self) -> None:
+        t = await self.generate(32, 8)
+        if t.error:
+            raise EndpointError(f"warm-up request to {self.base_url} failed: {t.error}")
+
+    async def generate(self, isl: int, osl: int) -> StreamTrace:
+        import httpx
+
+        walls: list[float] = []
+        usage_tokens = 0
+        sent = time.perf_counter()
+        try:
+            async with self._client.stream(
+                "POST", f"{self.base_url}/completions", json=self._body(isl, osl)
+            ) as r:
+                if r.status_code >= 400:
+                    text = (await r.aread()).decode(errors="replace")[:300]
+                    return StreamTrace(ttft_s=-1.0, error=f"HTTP {r.status_code}: {text}")
+                async for line in r.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    now = time.perf_counter()
+                    try:
+                        msg = json.loads(payload)
+                    except ValueError:
+                        continue
+                    if msg.get("choices"):
+                        walls.append(now)
+                    usage = msg.get("usage") or {}
+                    if usage.get("completion_tokens"):
+                        usage_tokens = int(usage["completion_tokens"])
+        except httpx.HTTPError as exc:
+            return StreamTrace(ttft_s=-1.0, error=f"{type(exc).__name__}: {exc}")
+        if not walls:
+            return StreamTrace(ttft_s=-1.0, error="no tokens streamed")
+        n = len(walls)
+        if usage_tokens > n > 1:  # chunks of several tokens: the first carries the first token,
+            # the later ones share the rest evenly
+            tokens = tuple(1 + round(i * (usage_tokens - 1) / (n - 1)) for i in range(n))
+        else:
+            tokens = tuple(range(1, n + 1))
+        return StreamTrace(ttft_s=walls[0] - sent, times_s=tuple(walls), tokens=tokens)
+
+    async def close(self) -> None:
+        await self._client.aclose()
