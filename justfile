@@ -64,3 +64,31 @@ bench-memory *args: setup
 # fuzz every decoder, the FPM framing and the trace readers (hypothesis; prints inputs tried)
 fuzz examples="17000": setup
     PLANNER_FUZZ_EXAMPLES={{examples}} uv run pytest tests/fuzz -q -s -p no:randomly --timeout 0
+
+# highest request rate one engine-sim process sustains
+bench-engine-sim *args: setup
+    uv run python benchmarks/bench_engine_sim.py "$@"
+
+# relay throughput vs the raw NATS ceiling, added latency at 1k and 10k msg/s
+bench-relay *args: setup
+    uv run python benchmarks/bench_relay.py "$@"
+
+# GPU-free --estimate against the real H200 profile (MAPE)
+bench-estimate *args: setup
+    uv run python benchmarks/bench_estimate.py "$@"
+
+# 1000 synthetic engines through 3 relays into regression and the decider
+bench-scale *args: setup
+    uv run python benchmarks/bench_scale.py "$@"
+
+# every policy side by side on the Azure traces against a hindsight oracle
+bench *args: setup
+    uv run planner bench --jobs 2 "$@"
+
+# kill -9 each service (and nats-server) during a demo run and check the invariants
+chaos *args: setup
+    uv run planner chaos "$@"
+
+# estimated performance profile for a model on a GPU, no engine needed
+profile *args: setup
+    uv run planner profile "$@"

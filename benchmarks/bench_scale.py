@@ -44,7 +44,8 @@ def table(res: dict[str, Any], target_rate: float) -> str:
     dec = res["decider"]
     lines = [
         f"== scale: {c['engines']} engines ({res['components']}, {res['idle_engines']} idle), "
-        f"{c['rate']:g} FPM/s per busy engine, discovery={c['discovery']}, {c['relays']} relays, "
+        f"{c['rate']:g} FPM/s per busy engine, discovery={c['discovery']}, {c['relays']} relays "
+        f"{' '.join(c['relay_args'])}, "
         f"window {res['window_s']:.0f} s ==",
         f"discovery: sockets bound {d['bind_s']:.1f} s; registry filled {d['registry_fill_s']:.1f} s; "
         f"all subscribed {_f(d['all_subscribed_after_registration_s'])} s and all in snapshots "
@@ -115,9 +116,10 @@ def table(res: dict[str, Any], target_rate: float) -> str:
         + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items()))
         + f" cores; total {sum(cores.values()):.2f}"
     )
-    if res.get("dead") or res.get("exit_codes_nonzero"):
+    if res.get("dead") or res.get("exit_codes_nonzero") or res.get("unresponsive"):
         lines.append(
-            f"PROCESS PROBLEMS: died {res.get('dead')}, non-zero exits {res.get('exit_codes_nonzero')}"
+            f"PROCESS PROBLEMS: died {res.get('dead')}, non-zero exits {res.get('exit_codes_nonzero')}, "
+            f"no /metrics answer {res.get('unresponsive')}"
         )
     return "\n".join(lines)
 
@@ -135,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transport", choices=("tcp", "ipc"), default="tcp")
     ap.add_argument("--decider-interval-s", type=float, default=2.0)
     ap.add_argument("--target-rate", type=float, default=25.0, help="rate to extrapolate the CPU cost to")
+    ap.add_argument(
+        "--relay-args",
+        default="",
+        help="extra fpm-relay flags, quoted: '--relay-ttl-s 15 --relay-heartbeat-s 5'",
+    )
     ap.add_argument("--keep-logs", default="", help="copy the processes' logs to this folder")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args(argv)
@@ -153,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 prefill_fraction=a.prefill_fraction,
                 transport=a.transport,
                 decider_interval_s=a.decider_interval_s,
+                relay_args=a.relay_args.split(),
                 keep_logs=f"{a.keep_logs}/{mode}" if a.keep_logs else "",
             )
             res = run(cfg)

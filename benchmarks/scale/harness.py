@@ -74,6 +74,8 @@ class ScaleConfig:
     """The decider's load_interval_s (its tick); the service default is 5 s."""
     warmup_timeout_s: float = 90.0
     namespace: str = "scale"
+    relay_args: list[str] = field(default_factory=list)
+    """Extra fpm-relay flags, e.g. ``--relay-ttl-s 15 --relay-heartbeat-s 5``."""
     keep_logs: str = ""
     """Copy the processes' logs here (empty: temp dir, removed)."""
 
@@ -130,7 +132,7 @@ class Fleet:
     def by_role(self, role: str) -> list[Proc]:
         return [p for p in self.procs if p.role == role]
 
-    def stop_all(self, timeout_s: float = 20.0) -> dict[str, int | None]:
+    def stop_all(self, timeout_s: float = 40.0) -> dict[str, int | None]:
         codes: dict[str, int | None] = {}
         for role in ("engines", "relay", "regression", "decider"):
             group = [p for p in self.by_role(role) if p.alive()]
@@ -198,6 +200,11 @@ def scrape(port: int) -> Samples:
         for s in fam.samples:
             out[s.name].append((dict(s.labels), float(s.value)))
     return out
+
+
+def timed_scrape(port: int) -> tuple[float, Samples]:
+    samples = scrape(port)
+    return time.monotonic(), samples
 
 
 def total(samples: Samples, name: str, **match: str) -> float:
@@ -443,7 +450,7 @@ async def _run_connected(
     relays: list[Proc] = []
     keys = sorted(endpoints)
     for i in range(cfg.relays):
-        extra = ["--relay-id", f"relay-{i}"]
+        extra = ["--relay-id", f"relay-{i}", *cfg.relay_args]
         if cfg.discovery == "static":
             mine = keys[i :: cfg.relays]
             conf = log_dir / f"relay-{i}.yaml"
@@ -484,8 +491,16 @@ async def _run_connected(
         deadline = time.monotonic() + cfg.warmup_timeout_s
         subscribed = 0
         while time.monotonic() < deadline:
-            samples = await asyncio.gather(*(asyncio.to_thread(scrape, r.http_port) for r in relays))
-            subscribed = int(sum(total(s, "planner_fpm_engines_subscribed") for s in samples))
+            samples = await asyncio.gather(
+                *(asyncio.to_thread(scrape, r.http_port) for r in relays), return_exceptions=True
+            )
+            ok = [s for s in samples if not isinstance(s, BaseException)]
+            if len(ok) < len(samples):
+                log(f"{len(samples) - len(ok)} relay(s) did not answer /metrics within 10 s")
+            subscribed = int(sum(total(s, "planner_fpm_engines_subscribed") for s in ok))
+            claims = int(sum(total(s, "planner_fpm_relay_claims") for s in ok))
+            if cfg.discovery == "kv" and claims != subscribed:
+                subscribed = min(subscribed, claims)
             now = time.monotonic()
             if t_subscribed is None and subscribed >= cfg.engines:
                 t_subscribed = now
@@ -512,12 +527,26 @@ async def _run_connected(
         if nats_proc is not None:
             pids["nats-server"] = nats_proc.pid
 
+        unresponsive: list[str] = []
+
         async def read_all() -> dict[str, Any]:
-            metrics = await asyncio.gather(*(asyncio.to_thread(scrape, p.http_port) for p in services))
+            got = await asyncio.gather(
+                *(asyncio.to_thread(timed_scrape, p.http_port) for p in services), return_exceptions=True
+            )
+            metrics: list[Samples] = []
+            times: dict[str, float] = {}
+            for p, m in zip(services, got, strict=True):
+                if isinstance(m, BaseException):
+                    unresponsive.append(p.name)
+                    log(f"{p.name} did not answer /metrics: {m!r}")
+                    m = (math.nan, {})
+                times[p.name] = m[0]
+                metrics.append(m[1])
             eng = await asyncio.gather(*(_command(p, "stats") for p in engine_procs))
             return {
                 "t": time.monotonic(),
                 "metrics": dict(zip([p.name for p in services], metrics, strict=True)),
+                "times": times,
                 "engines": eng,
                 "varz": await asyncio.to_thread(varz, monitor),
                 "cpu": {n: proc_cpu_s(pid) for n, pid in pids.items()},
@@ -566,6 +595,7 @@ async def _run_connected(
         },
         dict(components),
         dead,
+        unresponsive,
     )
 
 
@@ -581,9 +611,15 @@ def _report(
     discovery: dict[str, Any],
     components: dict[str, int],
     dead: list[str],
+    unresponsive: list[str],
 ) -> dict[str, Any]:
     window = r1["t"] - r0["t"]
     m0, m1 = r0["metrics"], r1["metrics"]
+
+    def win(proc: str) -> float:
+        """Each process's counters are rated over the time between its own two reads."""
+        w = r1["times"][proc] - r0["times"][proc]
+        return w if w > 0 else window
 
     def delta(proc: str, name: str, **match: str) -> float:
         return total(m1[proc], name, **match) - total(m0[proc], name, **match)
@@ -607,7 +643,7 @@ def _report(
                 "name": r.name,
                 "engines": int(total(m1[r.name], "planner_fpm_engines_subscribed")),
                 "relayed": delta(r.name, "planner_fpm_relayed_total"),
-                "relayed_per_s": delta(r.name, "planner_fpm_relayed_total") / window,
+                "relayed_per_s": delta(r.name, "planner_fpm_relayed_total") / win(r.name),
                 "seq_gaps": delta(r.name, "planner_fpm_dropped_total"),
                 "lease_drops": delta(r.name, "planner_fpm_lease_dropped_total"),
                 "bad": delta(r.name, "planner_bad_messages_total"),
@@ -716,12 +752,15 @@ def _report(
         "discovery": discovery,
         "engines": {
             "sent": sent,
-            "sent_per_s": sent / window,
+            "sent_per_s": sum(
+                (e1["sent"] - e0["sent"]) / (e1["t"] - e0["t"])
+                for e0, e1 in zip(r0["engines"], r1["engines"], strict=True)
+            ),
             "skipped_behind": skipped,
         },
         "relays": relay_rows,
         "relay_total": {
-            "relayed_per_s": relayed / window,
+            "relayed_per_s": sum(x["relayed_per_s"] for x in relay_rows),
             "seq_gaps": sum(x["seq_gaps"] for x in relay_rows),
             "lease_drops": sum(x["lease_drops"] for x in relay_rows),
             "bad": sum(x["bad"] for x in relay_rows),
@@ -729,7 +768,7 @@ def _report(
             "engines_silent": cfg.engines - len(owners),
         },
         "regression": {
-            "received_per_s": received / window,
+            "received_per_s": received / win(reg_name),
             "passes_fitted": delta(reg_name, "planner_regression_passes_total", outcome="accepted"),
             "over_budget": delta(reg_name, "planner_regression_passes_total", outcome="over_budget"),
             "model_ready": {
@@ -760,6 +799,7 @@ def _report(
         "cpu_us_per_relayed_msg": dict(per_msg),
         "cadence_held": cadence_ok and dec_held,
         "dead": dead,
+        "unresponsive": unresponsive,
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -149,3 +150,32 @@ async def test_wire_tour_demo_slice() -> None:
     out = io.StringIO()
     assert await wire_tour(console=Console(file=out, width=200)) == 0
     assert "all 8 message types round-tripped" in out.getvalue()
+
+
+def test_embedded_server_dies_with_its_parent(tmp_path: Path) -> None:
+    """A killed test run or demo must not leave a nats-server behind (PR_SET_PDEATHSIG)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import time\nfrom planner_runtime.natsd import NatsServer\n"
+        "s = NatsServer().start()\nprint(s._proc.pid, flush=True)\ntime.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("nats-server outlived its parent")

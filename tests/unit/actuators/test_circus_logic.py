@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from planner_actuator_circus.command import TemplateError, WorkerCommand
-from planner_runtime.decisions import select
 from planner_actuator_circus.planning import allocate, budget_error, next_index, pick_victims
 from planner_actuator_circus.settings import CircusActuatorSettings, parse_component_map
 from planner_actuator_circus.state import Phase, WorkerRecord, name_pattern, parse_watcher_name, watcher_name
 from planner_proto import Component, ScalingDecision
+from planner_runtime.decisions import select
 from planner_runtime.settings import SettingsError, load_settings
 
 TEMPLATE = "/usr/bin/engine --worker-id {worker_id} --component={component} --url {nats_url} x{index}"

@@ -45,9 +45,20 @@ def run(args: argparse.Namespace) -> int:
         policy=args.policy,
         live=not args.no_live,
     )
+    async def main() -> dict[str, object]:
+        # Ctrl-C and SIGTERM cancel the run; its cleanup then stops every process it started (also
+        # when the shell that launched us left SIGINT ignored, as background jobs have it).
+        import signal
+
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+        return await run_demo(cfg, console)
+
     try:
-        figures = asyncio.run(run_demo(cfg, console))
-    except KeyboardInterrupt:
+        figures = asyncio.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError):
         console.print("[yellow]interrupted: every process was stopped[/]")
         return 130
     except RuntimeError as exc:

@@ -47,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="engine-sim time compression (0 = estimate on the warm-up; --spawn-engine-sim default 20)",
     )
     live.add_argument(
+        "--prefill-time-compression",
+        type=float,
+        default=2.0,
+        help="--spawn-engine-sim: compression of the engine that runs the prefill points (TTFT is wall clock)",
+    )
+    live.add_argument(
         "--spawn-engine-sim",
         action="store_true",
         help="start an embedded nats-server and one engine-sim per --tp value (stopped at the end)",
@@ -191,6 +197,7 @@ def _run_live(args: argparse.Namespace, tps: list[int]) -> int:
         namespace=args.namespace,
         worker_ids=workers,
         time_compression=args.time_compression,
+        prefill_compression=args.prefill_time_compression,
         spawn=args.spawn_engine_sim,
         timing=args.timing,
         model_config=args.model_config,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import statistics
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ class NatsEngineEndpoint:
         self._inbox = f"_PROFILE.{uuid.uuid4().hex}"
         self._pending: dict[str, _Pending] = {}
         self._seq = 0
+        self.overhead_s = 0.0
 
     async def connect(self) -> NatsEngineEndpoint:
         from planner_proto.subjects import Subjects
@@ -167,10 +169,18 @@ class NatsEngineEndpoint:
         return p
 
     async def warm_up(self) -> None:
-        """One short request; estimates the time compression when it was not given."""
+        """One short request; estimates the time compression when it was not given, and the
+        round-trip overhead outside the engine's passes (NATS both ways, the request handler) from
+        requests the engine rejects at once (longer than any context)."""
         p = await self._request(100, 128)
         if p.error:
             raise EndpointError(f"warm-up request failed on {self.worker_id}: {p.error}")
+        rtts = []
+        for _ in range(7):
+            probe = await self._request(10**9, 1)
+            if probe.error and probe.last_seen > probe.sent_wall:
+                rtts.append(probe.last_seen - probe.sent_wall)
+        self.overhead_s = statistics.median(rtts) if rtts else 0.0
         if self.time_compression <= 0:
             est = 0.0
             if len(p.walls) >= 2 and p.walls[-1] > p.walls[0]:
@@ -183,7 +193,7 @@ class NatsEngineEndpoint:
             return StreamTrace(ttft_s=-1.0, error=p.error or "no tokens")
         scale = self.time_compression if self.time_compression > 0 else 1.0
         return StreamTrace(
-            ttft_s=(p.first_wall - p.sent_wall) * scale,
+            ttft_s=max(p.first_wall - p.sent_wall - self.overhead_s, 0.0) * scale,
             times_s=tuple(p.engine),
             tokens=tuple(p.totals),
         )

@@ -4,6 +4,7 @@ turn with a progress bar; then the TP choice, the profiles, the plots and the re
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,8 @@ class LiveConfig:
     namespace: str = "default"
     worker_ids: list[str] = field(default_factory=list)
     time_compression: float = 0.0
+    prefill_compression: float = 2.0
+    """--spawn-engine-sim: time compression of the engine the prefill points run on."""
     # --spawn-engine-sim
     spawn: bool = False
     timing: str = "calibrated"
@@ -150,58 +153,66 @@ class _Progress:
             self._bar.update(self._task, advance=n, description=what)
 
 
-async def _sweep_one(endpoint: Endpoint, cfg: LiveConfig, tp: int, progress: _Progress) -> TpResult:
+async def _nats_endpoint(url: str, ns: str, worker_id: str, compression: float) -> NatsEngineEndpoint:
+    return await NatsEngineEndpoint(url, ns, worker_id, time_compression=compression).connect()
+
+
+async def _sweep_tp(
+    cfg: LiveConfig, i: int, tp: int, progress: _Progress, spawned: SpawnedEngineSim | None
+) -> TpResult:
+    endpoints: list[Endpoint] = []
+    workers: list[str] = []
     try:
-        limits = await _limits(endpoint, cfg, tp)
-        progress.grow(sweep_requests(limits, cfg.sweep) + 1)
-        progress.advance(0, f"TP{tp} warm-up")
-        await endpoint.warm_up()
-        progress.advance(1, f"TP{tp} warm-up")
-        return await sweep_engine(endpoint, tp, limits, cfg.sweep, progress.advance)
-    finally:
-        await endpoint.close()
-
-
-async def _run_all(cfg: LiveConfig, progress: _Progress, spawned: SpawnedEngineSim | None) -> list[TpResult]:
-    results: list[TpResult] = []
-    for i, tp in enumerate(cfg.tps):
-        endpoint: Endpoint
-        worker_id = ""
         if cfg.kind == "openai":
-            endpoint = await OpenAIEndpoint(
+            ep: Endpoint = await OpenAIEndpoint(
                 cfg.openai_urls[i],
                 cfg.model,
                 api_key=cfg.api_key,
                 ignore_eos=cfg.ignore_eos,
                 prompt_format=cfg.prompt_format,
             ).connect()
+            endpoints = [ep]
+        elif spawned is not None:
+            # TTFT is read off the client's wall clock, where the engine's timer granularity (~1 ms per
+            # pass) is multiplied by the compression: prefill runs on a slow-clocked engine, the long
+            # decode batches (ITL from the engine's own clock) on a fast one.
+            workers = [spawned.start_engine(tp, spawned.prefill_compression, "p")]
+            workers.append(spawned.start_engine(tp, spawned.time_compression))
+            for w, c in zip(workers, (spawned.prefill_compression, spawned.time_compression), strict=True):
+                endpoints.append(await _nats_endpoint(spawned.nats_url, spawned.namespace, w, c))
         else:
-            if spawned is not None:
-                worker_id = spawned.start_engine(tp)
-                url, ns, comp = spawned.nats_url, spawned.namespace, spawned.time_compression
-            else:
-                worker_id, url, ns, comp = (
-                    cfg.worker_ids[i],
-                    cfg.nats_url,
-                    cfg.namespace,
-                    cfg.time_compression,
-                )
-            endpoint = await NatsEngineEndpoint(url, ns, worker_id, time_compression=comp).connect()
-        try:
-            results.append(await _sweep_one(endpoint, cfg, tp, progress))
-        except EndpointError:
-            if spawned is not None and worker_id:
-                spawned.check(worker_id)
-            raise
-        finally:
-            if spawned is not None and worker_id:
-                spawned.stop_engine(worker_id)
-    return results
+            endpoints = [await _nats_endpoint(cfg.nats_url, cfg.namespace, cfg.worker_ids[i], cfg.time_compression)]
+        for ep in endpoints[:-1]:
+            await ep.limits()  # engine-sim: waits until the engine has registered (and subscribed)
+        limits = await _limits(endpoints[-1], cfg, tp)
+        progress.grow(sweep_requests(limits, cfg.sweep) + len(endpoints))
+        for ep in endpoints:
+            progress.advance(0, f"TP{tp} warm-up")
+            await ep.warm_up()
+            progress.advance(1, f"TP{tp} warm-up")
+        return await sweep_engine(endpoints[0], tp, limits, cfg.sweep, progress.advance, endpoints[-1])
+    except EndpointError:
+        if spawned is not None:
+            for w in workers:
+                spawned.check(w)
+        raise
+    finally:
+        for ep in endpoints:
+            await ep.close()
+        if spawned is not None:
+            for w in workers:
+                spawned.stop_engine(w)
+
+
+async def _run_all(cfg: LiveConfig, progress: _Progress, spawned: SpawnedEngineSim | None) -> list[TpResult]:
+    return [await _sweep_tp(cfg, i, tp, progress, spawned) for i, tp in enumerate(cfg.tps)]
 
 
 def run_live(cfg: LiveConfig) -> tuple[dict[str, Any], list[TpResult]]:
     """Sweep, choose, write; returns the summary (also written to ``profile_summary.json``)."""
     _check(cfg)
+    # the bus logs its own connection events (a disconnect at close, for one): not for a CLI run
+    logging.getLogger("planner.bus").setLevel(logging.ERROR)
     cfg.out.mkdir(parents=True, exist_ok=True)
     spawned: SpawnedEngineSim | None = None
     try:
@@ -212,6 +223,7 @@ def run_live(cfg: LiveConfig) -> tuple[dict[str, Any], list[TpResult]]:
                 gpu=cfg.gpu,
                 profile_dir=cfg.profile_dir,
                 time_compression=cfg.time_compression or 20.0,
+                prefill_compression=cfg.prefill_compression,
                 context_length_tokens=cfg.context_length_tokens,
                 max_num_seqs=cfg.max_num_seqs,
                 max_num_batched_tokens=cfg.max_num_batched_tokens,

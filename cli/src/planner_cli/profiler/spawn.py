@@ -60,6 +60,7 @@ class SpawnedEngineSim:
         gpu: str = "h200",
         profile_dir: str = "",
         time_compression: float = 20.0,
+        prefill_compression: float = 2.0,
         context_length_tokens: int = 16384,
         max_num_seqs: int = 256,
         max_num_batched_tokens: int = 8192,
@@ -74,6 +75,7 @@ class SpawnedEngineSim:
         self.gpu = gpu
         self.profile_dir = profile_dir
         self.time_compression = time_compression
+        self.prefill_compression = prefill_compression
         self.context_length_tokens = context_length_tokens
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -97,10 +99,10 @@ class SpawnedEngineSim:
     ) -> None:
         self.close()
 
-    def command(self, worker_id: str, tp: int) -> list[str]:
+    def command(self, worker_id: str, tp: int, compression: float = 0.0) -> list[str]:
         cmd = [sys.executable, "-m", "planner_engine_sim", "--nats-url", self.nats_url]
         cmd += ["--namespace", self.namespace, "--worker-id", worker_id, "--zmq-port-base", "0"]
-        cmd += ["--time-compression", f"{self.time_compression:g}", "--timing", self.timing]
+        cmd += ["--time-compression", f"{compression or self.time_compression:g}", "--timing", self.timing]
         cmd += ["--gpus", str(tp), "--stream-interval-s", "0.01", "--log-level", "warning"]
         cmd += ["--context-length-tokens", str(self.context_length_tokens)]
         cmd += ["--max-num-seqs", str(self.max_num_seqs)]
@@ -125,9 +127,9 @@ class SpawnedEngineSim:
             cmd += ["--num-gpu-blocks", str(blocks)]
         return cmd
 
-    def start_engine(self, tp: int) -> str:
-        """Start the engine for ``tp``; returns its worker id (registration is awaited by the client)."""
-        worker_id = f"profile-tp{tp}"
+    def start_engine(self, tp: int, compression: float = 0.0, tag: str = "") -> str:
+        """Start an engine for ``tp``; returns its worker id (registration is awaited by the client)."""
+        worker_id = f"profile-tp{tp}{tag}"
         if worker_id in self._procs:
             return worker_id
         log = subprocess.DEVNULL
@@ -135,7 +137,7 @@ class SpawnedEngineSim:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log = open(self.log_dir / f"{worker_id}.log", "wb")  # noqa: SIM115 - closed when stopped
         proc = subprocess.Popen(
-            self.command(worker_id, tp),
+            self.command(worker_id, tp, compression),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log if log is not subprocess.DEVNULL else subprocess.DEVNULL,

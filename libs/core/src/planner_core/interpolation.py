@@ -5,6 +5,11 @@ Decode: ITL and throughput/GPU over (kv_usage, context) on a regular grid, fille
 2-D cubic interpolation of the scattered points, with nearest-neighbour values where the cubic is
 undefined (outside the convex hull of the points). Queries snap to the nearest grid cell.
 
+Decode throughput comes two ways. The reference interpolates the profiled throughput like the ITL;
+between profile rows far apart in context (say 350 and 2997 tokens) that mixes the throughput of very
+different concurrencies and comes out about 2x too low in between. Ours (the default) derives it from
+the cell's own ITL: concurrency = kv_usage * max_kv_tokens / context, throughput = concurrency / ITL.
+
 Everything here is computed when the interpolator is built; queries are cheap and never raise on
 odd inputs (NaN in -> NaN out), so callers decide what an invalid answer means.
 """
@@ -17,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.interpolate import CubicSpline, griddata
 
+from planner_core.engine.timing import PROFILE_MAX_NUM_SEQS
 from planner_core.profile import DecodeProfile, PrefillProfile
 
 FloatArray = npt.NDArray[np.float64]
@@ -70,7 +76,14 @@ class PrefillInterpolator:
 class DecodeInterpolator:
     """ITL [ms] and decode throughput [output tokens/s/GPU] over (kv_usage, context length)."""
 
-    def __init__(self, profile: DecodeProfile, resolution: int = GRID_RESOLUTION) -> None:
+    def __init__(
+        self,
+        profile: DecodeProfile,
+        resolution: int = GRID_RESOLUTION,
+        max_num_seqs: int | None = PROFILE_MAX_NUM_SEQS,
+    ) -> None:
+        """``max_num_seqs`` caps the concurrency of the derived throughput (the profiles were taken
+        with vLLM v1's default; ``None`` = no cap)."""
         if resolution < 2:
             raise ValueError(f"resolution must be >= 2, got {resolution}")
         self.max_kv_tokens = profile.max_kv_tokens
@@ -83,6 +96,11 @@ class DecodeInterpolator:
         kv_grid, ctx_grid = np.meshgrid(self.kv_axis, self.context_axis, indexing="ij")
         self.itl_grid_ms = _fill_grid(x, y, profile.itl_ms, kv_grid, ctx_grid)
         self.thpt_grid = _fill_grid(x, y, profile.thpt_per_gpu, kv_grid, ctx_grid)
+        """The reference's throughput: the profiled values, interpolated."""
+        self.derived_thpt_grid = _derived_thpt(
+            kv_grid, ctx_grid, self.itl_grid_ms, self.max_kv_tokens, max_num_seqs
+        )
+        """Ours: requests held / ITL at each cell (tokens/s/GPU)."""
 
     def _index(self, axis: FloatArray, value: float) -> int:
         lo, hi = float(axis[0]), float(axis[-1])
@@ -98,24 +116,30 @@ class DecodeInterpolator:
         j = self._index(self.context_axis, context_length_tokens)
         return float(self.itl_grid_ms[i, j])
 
-    def thpt_per_gpu(self, kv_usage: float, context_length_tokens: float) -> float:
+    def _thpt(self, from_itl: bool) -> FloatArray:
+        return self.derived_thpt_grid if from_itl else self.thpt_grid
+
+    def thpt_per_gpu(self, kv_usage: float, context_length_tokens: float, *, from_itl: bool = True) -> float:
+        """``from_itl=False``: the reference's interpolated profile throughput."""
         if not (math.isfinite(kv_usage) and math.isfinite(context_length_tokens)):
             return math.nan
         i = self._index(self.kv_axis, kv_usage)
         j = self._index(self.context_axis, context_length_tokens)
-        return float(self.thpt_grid[i, j])
+        return float(self._thpt(from_itl)[i, j])
 
     def itl_at_concurrency_ms(self, concurrency: float, context_length_tokens: float) -> float:
         """ITL when ``concurrency`` requests of ``context_length_tokens`` each share the KV cache."""
         kv_usage = concurrency * context_length_tokens / self.max_kv_tokens
         return self.itl_ms(kv_usage, context_length_tokens)
 
-    def best_thpt_per_gpu(self, itl_target_ms: float, context_length_tokens: float) -> float:
+    def best_thpt_per_gpu(
+        self, itl_target_ms: float, context_length_tokens: float, *, from_itl: bool = True
+    ) -> float:
         """Highest-load throughput/GPU whose ITL meets the target, at this context length.
 
         Scans kv_usage from high to low and takes the first cell with ITL <= target. When no cell
         meets the target, the lowest-load cell is returned (the most the engine can do); callers
-        that need to know use :meth:`meets_itl`.
+        that need to know use :meth:`meets_itl`. ``from_itl=False``: the reference's throughput grid.
         """
         if not (math.isfinite(itl_target_ms) and math.isfinite(context_length_tokens)):
             return math.nan
@@ -123,7 +147,7 @@ class DecodeInterpolator:
         column = self.itl_grid_ms[:, j]
         ok = np.nonzero(column <= itl_target_ms)[0]
         i = int(ok[-1]) if ok.size else 0
-        return float(self.thpt_grid[i, j])
+        return float(self._thpt(from_itl)[i, j])
 
     def meets_itl(self, itl_target_ms: float, context_length_tokens: float) -> bool:
         """True when some load level at this context meets the ITL target."""
@@ -131,6 +155,23 @@ class DecodeInterpolator:
             return False
         j = self._index(self.context_axis, context_length_tokens)
         return bool(np.any(self.itl_grid_ms[:, j] <= itl_target_ms))
+
+
+def _derived_thpt(
+    kv_grid: FloatArray,
+    ctx_grid: FloatArray,
+    itl_ms: FloatArray,
+    max_kv_tokens: int,
+    max_num_seqs: int | None,
+) -> FloatArray:
+    """Output tokens/s/GPU = concurrency / ITL, concurrency = kv_usage * max_kv_tokens / context."""
+    concurrency = kv_grid * float(max_kv_tokens) / np.maximum(ctx_grid, 1.0)
+    if max_num_seqs is not None:
+        concurrency = np.minimum(concurrency, float(max_num_seqs))
+    itl_s = itl_ms / 1000.0
+    ok = np.isfinite(itl_s) & (itl_s > 0)
+    out: FloatArray = np.where(ok, concurrency / np.where(ok, itl_s, 1.0), 0.0)
+    return out
 
 
 def _fill_grid(x: FloatArray, y: FloatArray, z: FloatArray, gx: FloatArray, gy: FloatArray) -> FloatArray:

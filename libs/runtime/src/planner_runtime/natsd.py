@@ -103,7 +103,11 @@ class NatsServer:
             args += ["-js", "-sd", str(self.store_dir)]
         args += self.extra_args
         self._proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         if not wait_for_port(self.host, self.port, timeout_s, self._proc):
             err = b""

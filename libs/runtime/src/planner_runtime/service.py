@@ -5,6 +5,13 @@ start loops with :meth:`Service.every` / :meth:`Service.spawn`) and, if it holds
 ``drain``. :func:`run_service` does the rest: settings from flags/env/YAML, JSON logs, ``/metrics`` and
 ``/healthz``, NATS connection with auth and reconnects, and SIGTERM/SIGINT handling: stop taking new
 work, ``drain`` within ``drain_timeout_s``, cancel loops, drain NATS, exit 0 with no task left.
+
+A service that must run as one active instance plus standbys names a lease (``lease = "decider"``,
+settings a :class:`~planner_runtime.settings.LeaseSettings`) and starts its active work in
+``activate`` with ``active=True`` loops: ``setup`` runs in every instance (inputs, warm state);
+``activate`` runs only while this instance holds the KV lease (at once for a lone instance, again
+after each takeover), and its loops are cancelled, then ``deactivate`` called, when the lease is lost.
+/healthz says ``role: active|standby``; a standby is healthy. See :mod:`planner_runtime.lease`.
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from planner_proto import Subjects
 from planner_runtime.bus import Bus
 from planner_runtime.httpd import HttpEndpoint
+from planner_runtime.lease import LEASES_BUCKET, Lease, lease_kv, this_holder
 from planner_runtime.logs import configure_logging, get_logger
-from planner_runtime.settings import BaseSettings, SettingsError, settings_from_args
+from planner_runtime.settings import BaseSettings, LeaseSettings, SettingsError, settings_from_args
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -30,6 +38,9 @@ S = TypeVar("S", bound=BaseSettings)
 class Service(Generic[S]):
     name: ClassVar[str] = "service"
     settings_type: ClassVar[type[BaseSettings]] = BaseSettings
+    lease: ClassVar[str | None] = None
+    """Name of the KV lease the active work needs (key ``{ns}.{lease}``, see ``lease_key``); None:
+    no lease, every instance is active."""
 
     def __init__(self, settings: S) -> None:
         self.settings = settings
@@ -39,7 +50,12 @@ class Service(Generic[S]):
         self.stopping = asyncio.Event()
         self._bus: Bus | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._active_tasks: set[asyncio.Task[Any]] = set()
         self._failed: list[str] = []
+        self._lease: Lease | None = None
+        self._active_on = False
+        if self.lease is not None and not isinstance(settings, LeaseSettings):
+            raise TypeError(f"{type(self).__name__} has a lease: its settings must be LeaseSettings")
         self.http = HttpEndpoint(self.registry, self._health, settings.http_host, settings.http_port)
         self._tick_seconds = Histogram(
             "planner_tick_seconds",
@@ -65,8 +81,27 @@ class Service(Generic[S]):
     async def cleanup(self) -> None:
         """Release resources after loops are cancelled and before NATS closes."""
 
+    async def activate(self) -> None:
+        """Start the active work (loops with ``active=True``). Called after ``setup`` once this
+        instance holds its lease (at once without a lease), and again after every takeover: reload
+        what the previous holder left in KV before acting."""
+
+    async def deactivate(self) -> None:
+        """The lease was lost and the active loops are cancelled: drop what only the holder may use."""
+
     def health_detail(self) -> dict[str, object]:
         return {}
+
+    def lease_key(self) -> str | None:
+        return self.subjects.state_key(self.lease) if self.lease is not None else None
+
+    @property
+    def is_active(self) -> bool:
+        """True while this instance may act (no lease, or the lease held and not past its deadline).
+        Read it right before an action that must not be taken twice."""
+        if not self._active_on:
+            return False
+        return self._lease is None or self._lease.is_active
 
     # ---- helpers ------------------------------------------------------------------------------
     @property
@@ -75,13 +110,17 @@ class Service(Generic[S]):
             raise RuntimeError("the service is not connected to NATS yet")
         return self._bus
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        """Run ``coro`` until the service stops; a crash is logged and makes /healthz unhealthy."""
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str, active: bool = False) -> asyncio.Task[Any]:
+        """Run ``coro`` until the service stops (``active``: or until the lease is lost); a crash is
+        logged and makes /healthz unhealthy."""
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
+        if active:
+            self._active_tasks.add(task)
 
         def done(t: asyncio.Task[Any]) -> None:
             self._tasks.discard(t)
+            self._active_tasks.discard(t)
             if not t.cancelled() and t.exception() is not None:
                 self._failed.append(name)
                 self.log.error("task_crashed", task=name, error=repr(t.exception()))
@@ -89,9 +128,12 @@ class Service(Generic[S]):
         task.add_done_callback(done)
         return task
 
-    def every(self, interval_s: float, fn: Callable[[], Awaitable[None]], name: str) -> asyncio.Task[Any]:
+    def every(
+        self, interval_s: float, fn: Callable[[], Awaitable[None]], name: str, active: bool = False
+    ) -> asyncio.Task[Any]:
         """Call ``fn`` every ``interval_s`` seconds on a fixed schedule (no drift; a slow tick skips
-        missed slots rather than bunching them). Exceptions are logged and counted, never fatal."""
+        missed slots rather than bunching them). Exceptions are logged and counted, never fatal.
+        ``active``: an active loop, cancelled when the lease is lost."""
 
         async def loop() -> None:
             clock = asyncio.get_running_loop().time
@@ -115,7 +157,7 @@ class Service(Generic[S]):
                 except TimeoutError:
                     pass
 
-        return self.spawn(loop(), name)
+        return self.spawn(loop(), name, active=active)
 
     def request_stop(self) -> None:
         if not self.stopping.is_set():
@@ -128,7 +170,12 @@ class Service(Generic[S]):
             "service": self.name,
             "nats_connected": nats_ok,
             "failed_tasks": self._failed,
+            "role": "active" if self.is_active else "standby",
         }
+        if self._lease is not None:
+            detail["lease"] = self._lease.key
+            if self._lease.other is not None and not self.is_active:
+                detail["lease_holder"] = f"{self._lease.other.host}/{self._lease.other.pid}"
         detail.update(self.health_detail())
         return nats_ok and not self._failed and not self.stopping.is_set(), detail
 
@@ -145,7 +192,12 @@ class Service(Generic[S]):
             await self.http.stop()
             return 1
         await self.setup()
-        self.log.info("started", service=self.name)
+        if self.lease is None:
+            self._active_on = True
+            await self.activate()
+        else:
+            await self._start_lease()
+        self.log.info("started", service=self.name, role="active" if self.is_active else "standby")
         await self.stopping.wait()
         await self.shutdown()
         return 0
@@ -160,9 +212,83 @@ class Service(Generic[S]):
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.cleanup()
+        if self._lease is not None:
+            await self._lease.stop(release=True)  # a standby takes over now, not after the TTL
+        self._active_on = False
         if self._bus is not None:
             await self._bus.close()
         await self.http.stop()
+
+    # ---- active / standby ---------------------------------------------------------------------
+    async def _start_lease(self) -> None:
+        s = self.settings
+        assert isinstance(s, LeaseSettings) and self.lease is not None
+        key = self.lease_key()
+        assert key is not None
+        kv, ttl_s = await lease_kv(self.bus.js, s.lease_ttl_s)
+        self._lease = Lease(kv, key, this_holder(self.name), ttl_s, s.lease_renew_s)
+        self._m_active = Gauge(
+            "planner_lease_active", "1 while this instance holds its lease", registry=self.registry
+        )
+        self._m_changes = Counter(
+            "planner_lease_role_changes", "Changes of role", ["role"], registry=self.registry
+        )
+        await self._lease.start(self.bus.nc, LEASES_BUCKET)
+        if self._lease.is_active:
+            # a lone instance is active before run() goes on, with its state loaded
+            await asyncio.wait({self._enter_active()})
+        self.spawn(self._follow_lease(self._lease), "lease")
+
+    async def _follow_lease(self, lease: Lease) -> None:
+        while True:
+            await lease.wait(active=True)
+            if not self._active_on:
+                self._enter_active()
+            await lease.wait(active=False)
+            await self._leave_active("lease_lost")
+
+    def _enter_active(self) -> asyncio.Task[Any]:
+        self._active_on = True
+        self._m_active.set(1)
+        self._m_changes.labels("active").inc()
+        self.log.info("role_active", lease=self.lease_key())
+        return self.spawn(self._activate_or_step_down(), "activate", active=True)
+
+    async def _activate_or_step_down(self) -> None:
+        try:
+            await self.activate()
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception:
+            self.log.exception("activate_failed")
+            lease = self._lease
+            if lease is not None:
+                # let another instance try; this one retries after a pause
+                asyncio.get_running_loop().call_soon(self._step_down, lease)
+
+    def _step_down(self, lease: Lease) -> None:
+        async def go() -> None:
+            lease.pause(max(lease.renew_s, 1.0) * 2)
+            await lease.release()
+
+        self.spawn(go(), "step-down")
+
+    async def _leave_active(self, reason: str) -> None:
+        if not self._active_on:
+            return
+        self._active_on = False
+        tasks = list(self._active_tasks)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._m_active.set(0)
+        self._m_changes.labels("standby").inc()
+        self.log.warning("role_standby", lease=self.lease_key(), reason=reason)
+        try:
+            await self.deactivate()
+        except Exception:
+            self.log.exception("deactivate_failed")
 
 
 async def serve(service: Service[Any]) -> int:

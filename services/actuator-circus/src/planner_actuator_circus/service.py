@@ -5,6 +5,11 @@ Three tasks share one state (under one lock): the decision intake (newest decisi
 watcher list, start or drain workers until the fleet matches the desired counts, ack ``completed``,
 publish ReplicaStatus), and one drain task per worker being removed (SIGTERM, wait for the worker's
 own drain to end, then ``rm`` that one watcher).
+
+Instances with the same ``actuator_id`` are one active actuator plus standbys (KV lease
+``{ns}.actuator-circus.{actuator_id}``). Only the active one reads decisions, talks to circusd and
+publishes ReplicaStatus; a newly active one reloads the state its predecessor persisted, reconciles
+it with circusd's watchers, and only then reads decisions.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from planner_actuator_circus.circusctl import CircusControl, CircusError, ErrorKind
 from planner_actuator_circus.command import TemplateError
-from planner_runtime.decisions import DecisionFeed, select
 from planner_actuator_circus.planning import allocate, budget_error, next_index, pick_victims
 from planner_actuator_circus.settings import CircusActuatorSettings
 from planner_actuator_circus.state import (
@@ -44,6 +48,7 @@ from planner_proto import (
 )
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S, STATE_BUCKET
 from planner_runtime.bus import kv_get, kv_put
+from planner_runtime.decisions import DecisionFeed, select
 from planner_runtime.service import Service
 
 KILL_GRACE_S = 10.0
@@ -54,6 +59,7 @@ POLL_S = 0.5
 class CircusActuator(Service[CircusActuatorSettings]):
     name = "actuator-circus"
     settings_type = CircusActuatorSettings
+    lease = "actuator-circus"
 
     def __init__(self, settings: CircusActuatorSettings) -> None:
         super().__init__(settings)
@@ -101,31 +107,63 @@ class CircusActuator(Service[CircusActuatorSettings]):
         )
 
     # ---- lifecycle ----------------------------------------------------------------------------
+    def lease_key(self) -> str:
+        return self.subjects.state_key("actuator-circus", self.settings.actuator_id)
+
     async def setup(self) -> None:
         self.engines_kv = await self.bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
         self.state_kv = await self.bus.kv(STATE_BUCKET)
-        try:
-            stored = await kv_get(self.state_kv, self.state_key, ActuatorState)
-        except DecodeError as exc:
-            self.log.error("state_corrupt", key=self.state_key, error=str(exc))
-            stored = None
-        if stored is not None:
-            self.workers = dict(stored.workers)
-            self.desired = dict(stored.desired)
-            self.last_decision_id = stored.last_decision_id
-            self.log.info("state_loaded", workers=len(self.workers), last_decision_id=self.last_decision_id)
         await self.bus.subscribe(self.subjects.state("*"), ComponentSnapshot, self._on_snapshot)
-        # Reconcile before reading decisions, so a restarted actuator knows its fleet first.
+
+    async def activate(self) -> None:
+        """Start (or take over): the persisted state, reconciled with circusd, before any decision."""
         async with self.mutex:
+            await self._load_state()
             try:
                 await self._pass()
             except CircusError as exc:
                 self.m_circus_errors.labels(exc.kind).inc()
                 self.log.warning("circus_unreachable", error=str(exc))
-        self.feed = DecisionFeed(self.bus, self.subjects, f"actuator-circus-{self.settings.actuator_id}")
-        await self.feed.start()
-        self.spawn(self._intake_loop(), "decisions")
-        self.spawn(self._control_loop(), "control")
+            feed = DecisionFeed(self.bus, self.subjects, f"actuator-circus-{self.settings.actuator_id}")
+            await self._resume(await feed.last())
+        await feed.start()
+        self.feed = feed
+        self.spawn(self._intake_loop(), "decisions", active=True)
+        self.spawn(self._control_loop(), "control", active=True)
+
+    async def deactivate(self) -> None:
+        # The loops and drains are cancelled; whoever is active now owns the workers.
+        self.drains.clear()
+        self.current = None
+        if hasattr(self, "feed"):
+            await self.feed.close()
+
+    async def _load_state(self) -> None:
+        try:
+            stored = await kv_get(self.state_kv, self.state_key, ActuatorState)
+        except DecodeError as exc:
+            self.log.error("state_corrupt", key=self.state_key, error=str(exc))
+            stored = None
+        stored = stored or ActuatorState()
+        self.workers = dict(stored.workers)
+        self.desired = dict(stored.desired)
+        self.last_decision_id = stored.last_decision_id
+        self.current, self.external_change = None, False
+        self.ready, self.restarts, self.drains = set(), {}, {}
+        self.log.info("state_loaded", workers=len(self.workers), last_decision_id=self.last_decision_id)
+
+    async def _resume(self, last: ScalingDecision | None) -> None:
+        """Carry on with the decision the previous holder accepted, so that it still gets its
+        ``completed`` (or ``failed``) ack; a decision it rejected has other desired counts."""
+        if last is None or last.decision_id != self.last_decision_id or last.advisory:
+            return
+        targets = {c: n for c, n in last.targets.items() if c in self.managed}
+        if last.namespace != self.settings.namespace or not targets:
+            return
+        if all(self.desired.get(c) == n for c, n in targets.items()):
+            self.current = last
+            self.accepted_at = asyncio.get_running_loop().time()
+            self.log.info("decision_resumed", decision_id=last.decision_id, targets=targets)
 
     async def cleanup(self) -> None:
         # Workers are left running on purpose: a restarted actuator adopts them.
@@ -444,7 +482,7 @@ class CircusActuator(Service[CircusActuatorSettings]):
     # ---- drain --------------------------------------------------------------------------------
     def _begin_drain_task(self, rec: WorkerRecord) -> None:
         self.log.info("drain_begin", watcher=rec.name)
-        self.drains[rec.name] = self.spawn(self._drain(rec), f"drain-{rec.name}")
+        self.drains[rec.name] = self.spawn(self._drain(rec), f"drain-{rec.name}", active=True)
 
     async def _drain(self, rec: WorkerRecord) -> None:
         t0 = time.time()

@@ -10,7 +10,7 @@ from msgspec import Meta
 
 from planner_actuator_circus.command import WorkerCommand
 from planner_proto import Component
-from planner_runtime.settings import BaseSettings
+from planner_runtime.settings import LeaseSettings
 
 Token = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$", max_length=64)]
 DEFAULT_WORKER_CMD = (
@@ -38,11 +38,12 @@ def parse_component_map(items: list[str], what: str) -> dict[str, int]:
     return out
 
 
-class CircusActuatorSettings(BaseSettings, frozen=True, kw_only=True):
+class CircusActuatorSettings(LeaseSettings, frozen=True, kw_only=True):
     """Circus actuator: applies ScalingDecisions as one circusd watcher per worker."""
 
     actuator_id: Token = "circus"
-    """Names this actuator in acks, its durable consumer and its state key."""
+    """Names this actuator in acks, its durable consumer, its state key and its lease: instances
+    with the same id are one active actuator plus standbys."""
     circus_endpoint: str = "tcp://127.0.0.1:5555"
     """circusd's ZMQ control endpoint."""
     circus_timeout_s: Annotated[float, Meta(gt=0, le=120)] = 10.0

@@ -3,6 +3,11 @@
 The decision intake (newest wins) and the control loop (read the targets, detect edits made by
 someone else, write what the current decision asks for, ack ``completed`` once the ready counts
 reach it, publish ReplicaStatus) share one state under one lock.
+
+Instances with the same ``actuator_id`` are one active actuator plus standbys (KV lease
+``{ns}.actuator-k8s.{actuator_id}``). Only the active one reads decisions, writes to the cluster and
+publishes ReplicaStatus; a newly active one reloads the persisted state, reads the cluster, and only
+then reads decisions.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ import nats
 from msgspec import Meta
 from prometheus_client import Counter
 
-from planner_runtime.decisions import DecisionFeed, select
 from planner_actuator_k8s.kube import (
     ErrorKind,
     KubeError,
@@ -38,6 +42,7 @@ from planner_proto import (
 )
 from planner_proto.subjects import STATE_BUCKET
 from planner_runtime.bus import kv_get, kv_put
+from planner_runtime.decisions import DecisionFeed, select
 from planner_runtime.service import Service
 
 KNOWN_COMPONENTS = frozenset(c.value for c in Component)
@@ -52,6 +57,7 @@ class K8sState(msgspec.Struct, frozen=True, kw_only=True):
 class K8sActuator(Service[K8sActuatorSettings]):
     name = "actuator-k8s"
     settings_type = K8sActuatorSettings
+    lease = "actuator-k8s"
 
     def __init__(self, settings: K8sActuatorSettings) -> None:
         super().__init__(settings)
@@ -80,24 +86,51 @@ class K8sActuator(Service[K8sActuatorSettings]):
         )
 
     # ---- lifecycle ----------------------------------------------------------------------------
+    def lease_key(self) -> str:
+        return self.subjects.state_key("actuator-k8s", self.settings.actuator_id)
+
     async def setup(self) -> None:
         api = await asyncio.to_thread(api_client, self.settings)
         self.target = make_target(api, self.settings)
         self.state_kv = await self.bus.kv(STATE_BUCKET)
-        try:
-            stored = await kv_get(self.state_kv, self.state_key, K8sState)
-        except DecodeError as exc:
-            self.log.error("state_corrupt", key=self.state_key, error=str(exc))
-            stored = None
-        if stored is not None:
+
+    async def activate(self) -> None:
+        """Start (or take over): the persisted state, checked against the cluster, before any decision."""
+        async with self.mutex:
+            try:
+                stored = await kv_get(self.state_kv, self.state_key, K8sState)
+            except DecodeError as exc:
+                self.log.error("state_corrupt", key=self.state_key, error=str(exc))
+                stored = None
+            stored = stored or K8sState()
             self.last_decision_id = stored.last_decision_id
             self.expected = dict(stored.expected)
-        async with self.mutex:
+            self.observed, self.desired = {}, {}
+            self.current, self.external_change = None, False
             await self._pass()
-        self.feed = DecisionFeed(self.bus, self.subjects, f"actuator-k8s-{self.settings.actuator_id}")
-        await self.feed.start()
-        self.spawn(self._intake_loop(), "decisions")
-        self.spawn(self._control_loop(), "control")
+            feed = DecisionFeed(self.bus, self.subjects, f"actuator-k8s-{self.settings.actuator_id}")
+            self._resume(await feed.last())
+        await feed.start()
+        self.feed = feed
+        self.spawn(self._intake_loop(), "decisions", active=True)
+        self.spawn(self._control_loop(), "control", active=True)
+
+    async def deactivate(self) -> None:
+        self.current = None
+        if hasattr(self, "feed"):
+            await self.feed.close()
+
+    def _resume(self, last: ScalingDecision | None) -> None:
+        """Carry on with the decision the previous holder accepted, so that it still gets its ack."""
+        if last is None or last.decision_id != self.last_decision_id or last.advisory:
+            return
+        if last.namespace != self.settings.namespace or not last.targets:
+            return
+        if all(c in KNOWN_COMPONENTS and c in self._components() for c in last.targets):
+            self.desired.update(last.targets)
+            self.current = last
+            self.accepted_at = asyncio.get_running_loop().time()
+            self.log.info("decision_resumed", decision_id=last.decision_id, targets=last.targets)
 
     async def cleanup(self) -> None:
         if hasattr(self, "feed"):

@@ -10,7 +10,7 @@ import msgspec
 from msgspec import Meta
 
 from planner_proto import Component
-from planner_runtime.settings import BaseSettings
+from planner_runtime.settings import LeaseSettings
 
 Token = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$", max_length=64)]
 _DNS = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -43,10 +43,12 @@ def parse_scale_targets(items: list[str]) -> dict[str, ScaleRef]:
     return out
 
 
-class K8sActuatorSettings(BaseSettings, frozen=True, kw_only=True):
+class K8sActuatorSettings(LeaseSettings, frozen=True, kw_only=True):
     """Kubernetes actuator: applies ScalingDecisions to a DynamoGraphDeployment or to scale subresources."""
 
     actuator_id: Token = "k8s"
+    """Names this actuator in acks, its durable consumer, its state key and its lease: instances
+    with the same id are one active actuator plus standbys."""
     k8s_namespace: str = "default"
     """The only Kubernetes namespace this actuator reads or writes."""
     target: typing.Literal["dgd", "scale"] = "dgd"

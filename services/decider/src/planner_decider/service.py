@@ -3,6 +3,10 @@
 The maths is in ``planner_core.policy``; the bookkeeping (ack waits, holds, timeouts) in
 :mod:`planner_decider.book` and :mod:`planner_decider.tick`, all pure. This shell reads the clock once
 per tick, reserves decision ids in KV, publishes, and keeps metrics and the report.
+
+One decider per namespace is active (KV lease ``{ns}.decider``); standbys keep their inputs fresh
+but neither tick nor publish. A newly active one reloads the decision id from KV and the last targets
+from the stream (what its predecessor published), so ids keep increasing across a takeover.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ _MAX_GPU_GAP_S = 120.0
 class DeciderService(Service[DeciderSettings]):
     name = "decider"
     settings_type = DeciderSettings
+    lease = "decider"
 
     def __init__(self, settings: DeciderSettings) -> None:
         super().__init__(settings)
@@ -71,36 +76,43 @@ class DeciderService(Service[DeciderSettings]):
         await self._load_profile()
         s = self.subjects
         await self.bus.ensure_stream(s.decision_stream(), [s.decision()])
-        kv = await self.bus.kv(STATE_BUCKET)
-        self.ids = DecisionIds(kv, s.state_key("decider", "decision_id"))
-        await self.ids.load()
-        last = await self._last_published()
-        if last is not None:
-            self.ids.at_least(last.decision_id)
-            self.book = seeded(self.book, last.targets, last.decision_id)
-        self.metrics.decision_id.set(self.ids.value)
-        self.log.info("decision_id_loaded", decision_id=self.ids.value, last_on_stream=last is not None)
-
+        self.state_kv = await self.bus.kv(STATE_BUCKET)
+        # inputs in every instance: a standby that takes over can decide on its first tick
         await self.bus.subscribe(s.state(), ComponentSnapshot, self._on_snapshot)
         await self.bus.subscribe(s.forecast(), LoadForecast, self._on_forecast)
         await self.bus.subscribe(s.traffic(), TrafficSample, self._on_traffic)
         await self.bus.subscribe(s.replicas(), ReplicaStatus, self._on_replicas)
         await self.bus.subscribe(s.ack(), ScalingAck, self._on_ack)
-        self.every(self.settings.tick_s(), self._tick, "decide")
+
+    async def activate(self) -> None:
+        """Carry on from what the previous active decider (or this one, before a restart) left:
+        the id from KV, the last targets from the stream; then tick."""
+        ids = DecisionIds(self.state_kv, self.subjects.state_key("decider", "decision_id"))
+        await ids.load()
+        last = await self._last_published()
+        async with self._lock:
+            self.book, self.policy_state = IssueBook(), PolicyState()
+            if last is not None:
+                ids.at_least(last.decision_id)
+                self.book = seeded(self.book, last.targets, last.decision_id)
+            self.ids = ids
+        self.metrics.decision_id.set(ids.value)
+        self.log.info("decision_id_loaded", decision_id=ids.value, last_on_stream=last is not None)
+        self.every(self.settings.tick_s(), self._tick, "decide", active=True)
         if self.settings.report_path:
-            self.every(self.settings.report_interval_s, self._write_report, "report")
+            self.every(self.settings.report_interval_s, self._write_report, "report", active=True)
 
     async def drain(self) -> None:
         async with self._lock:  # a tick that is publishing finishes first
             pass
 
     async def cleanup(self) -> None:
-        if self.settings.report_path:
+        if self.settings.report_path and self.is_active:  # a standby's report would be empty
             await self._write_report()
 
     def health_detail(self) -> dict[str, object]:
         return {
-            "decision_id": self.ids.value if self.ids is not None else None,
+            "decision_id": self.ids.value if self.ids is not None and self.is_active else None,
             "in_progress": sorted(self.book.in_progress),
             "last_issued": dict(self.book.last_issued),
         }
@@ -182,6 +194,9 @@ class DeciderService(Service[DeciderSettings]):
     async def _publish(self, out: TickOutcome, now_s: float) -> None:
         assert out.plan is not None and out.result is not None and self.ids is not None
         plan, result = out.plan, out.result
+        if not self.is_active:
+            self.log.warning("not_published", why="lease lost before the decision went out")
+            return
         try:
             decision_id = await self.ids.next()
         except DecisionIdConflict as exc:
@@ -205,6 +220,9 @@ class DeciderService(Service[DeciderSettings]):
             diagnostics=diagnostics,
             policy=result.policy,
         )
+        if not self.is_active:
+            self.log.warning("not_published", decision_id=decision_id, why="lease lost")
+            return
         await self.bus.js_publish(self.subjects.decision(), decision)
         self.book = record(self.book, plan, decision_id, now_s, wait=not self.settings.advisory)
         self.metrics.observe_decision(decision_id, {c: plan.reasons[c] for c in plan.changed})

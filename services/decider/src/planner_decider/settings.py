@@ -14,13 +14,13 @@ import msgspec
 from msgspec import Meta
 
 from planner_core.policy import PolicyConfig, PolicyKind, ThresholdVariant, validate_config
-from planner_runtime.settings import BaseSettings
+from planner_runtime.settings import LeaseSettings
 
 _D = PolicyConfig()
 Pos = Annotated[float, Meta(gt=0.0)]
 
 
-class DeciderSettings(BaseSettings, frozen=True, kw_only=True):
+class DeciderSettings(LeaseSettings, frozen=True, kw_only=True):
     """Decider: runs the scaling policies on the latest inputs and publishes ScalingDecisions."""
 
     # --- policy (PolicyConfig, same names and defaults) ---------------------------------------

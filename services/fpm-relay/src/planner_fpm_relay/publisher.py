@@ -1,9 +1,11 @@
 """The hot path: batches from the socket readers -> frame check -> sequence accounting -> optional
 payload validation -> NATS publish of the payload bytes, unchanged.
 
-No maths here beyond a sequence comparison; metrics are bumped once per batch, not per message;
-``nc.publish`` only appends to nats-py's outgoing buffer (its flusher task writes the whole buffer at
-once), so a batch costs one socket write, and nothing waits for a flush per message.
+No maths here beyond a sequence comparison; metrics are bumped once per batch, not per message.
+Validation is :mod:`validate`'s one-call msgspec check (``decode_fpm`` only for a payload it rejects,
+to name the reason). The valid payloads of a batch go to NATS as one buffer append
+(:mod:`natsout`); nats-py's flusher task writes everything pending at once, and nothing waits for a
+flush. Batches already waiting on the queue are taken in the same wake-up.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from collections.abc import Callable
 from nats.aio.client import Client
 
 from planner_fpm_relay.metrics import RelayMetrics
+from planner_fpm_relay.natsout import NatsOut
 from planner_fpm_relay.sequence import advance
-from planner_fpm_relay.zmqsub import Batch, EngineSubscription
-from planner_proto import DecodeError, decode_fpm
+from planner_fpm_relay.validate import FastCheckError, fast_check, slow_reason
+from planner_fpm_relay.zmqsub import Batch, EngineSubscription, Frames
 
 LeaseCheck = Callable[[str, float], bool]
 
@@ -34,6 +37,7 @@ class Publisher:
         lease_ok: LeaseCheck | None = None,
     ) -> None:
         self.nc = nc
+        self.out = NatsOut(nc)
         self.queue = queue
         self.metrics = metrics
         self.validate = validate
@@ -46,10 +50,14 @@ class Publisher:
         queue = self.queue
         while True:
             batch = await queue.get()
-            try:
-                await self._handle(batch, clock())
-            finally:
-                queue.task_done()
+            while True:
+                try:
+                    await self._handle(batch, clock())
+                finally:
+                    queue.task_done()
+                if queue.empty():
+                    break
+                batch = queue.get_nowait()
 
     async def _handle(self, batch: Batch, now: float) -> None:
         sub = batch.sub
@@ -58,26 +66,26 @@ class Publisher:
         if batch.error is not None:
             self.on_socket_error(sub, batch.error)
             return
-        labels = (sub.target.component, sub.target.worker_id)
         if self.lease_ok is not None and not self.lease_ok(sub.target.key, now):
-            self.metrics.lease_drops.labels(*labels).inc(len(batch.frames))
+            self.metrics.lease_drops.labels(*sub.labels).inc(len(batch.frames))
             return
-        await self._relay(sub, batch.frames, labels)
+        await self._relay(sub, batch.frames)
 
-    async def _relay(
-        self, sub: EngineSubscription, frames_list: list[list[bytes]], labels: tuple[str, str]
-    ) -> None:
-        publish = self.nc.publish
+    async def _relay(self, sub: EngineSubscription, frames_list: list[Frames]) -> None:
         subject = sub.subject
         validate = self.validate
+        check = fast_check
         last = sub.last_seq
-        sent = nbytes = dropped = restarts = 0
+        good: list[bytes] = []
+        append = good.append
+        nbytes = dropped = restarts = 0
+        from_bytes = int.from_bytes
         for frames in frames_list:
             # the checks of planner_proto.unpack_frames, inlined (this loop runs per message)
             if len(frames) != 3 or len(frames[1]) != 8:
                 self.count_bad(subject, "framing")
                 continue
-            seq = int.from_bytes(frames[1], "big")
+            seq = from_bytes(frames[1], "big")
             payload = frames[2]
             if last is None or seq != last + 1:
                 gap, restarted = advance(last, seq)
@@ -86,27 +94,29 @@ class Publisher:
             last = seq
             if validate:
                 try:
-                    decode_fpm(payload)
-                except DecodeError as exc:
-                    self.count_bad(subject, exc.reason)
-                    continue
-            await publish(subject, payload)
-            sent += 1
+                    check(payload)
+                except FastCheckError:
+                    reason = slow_reason(payload)
+                    if reason is not None:
+                        self.count_bad(subject, reason)
+                        continue
+            append(payload)
             nbytes += len(payload)
         sub.last_seq = last
         m = self.metrics
-        if sent:
+        if good:
+            await self.out.publish(subject, sub.pub_header, good, nbytes)
             bound = sub.bound_metrics
             if bound is None:  # label lookups once per engine, not per batch
                 bound = sub.bound_metrics = (
-                    m.relayed.labels(*labels),
-                    m.relayed_bytes.labels(*labels),
-                    m.last_seen.labels(*labels),
+                    m.relayed.labels(*sub.labels),
+                    m.relayed_bytes.labels(*sub.labels),
+                    m.last_seen.labels(*sub.labels),
                 )
-            bound[0].inc(sent)
+            bound[0].inc(len(good))
             bound[1].inc(nbytes)
             bound[2].set(time.time())
         if dropped:
-            m.dropped.labels(*labels).inc(dropped)
+            m.dropped.labels(*sub.labels).inc(dropped)
         if restarts:
-            m.restarts.labels(*labels).inc(restarts)
+            m.restarts.labels(*sub.labels).inc(restarts)

@@ -2,7 +2,7 @@
 ZMQ to NATS unchanged, scrapes engines without FPM, and shares the engines with other relays.
 
 Tasks: one reader per ZMQ socket (:mod:`zmqsub`) feeding one publisher (:mod:`publisher`) through a
-queue; a watch of ``planner_engines`` and of the relay membership (:mod:`kvmirror`); a reconcile
+queue, in batches; a watch of ``planner_engines`` and of the relay membership (:mod:`kvmirror`); a reconcile
 loop that turns "engines known" and "members alive" into sockets opened and closed (:mod:`sharding`
 decides, :mod:`membership` holds the claims); a heartbeat; a scrape tick.
 """
@@ -15,7 +15,7 @@ import re
 import socket
 import time
 
-import zmq.asyncio
+import zmq
 
 from planner_fpm_relay.kvmirror import KvMirror
 from planner_fpm_relay.membership import Membership
@@ -53,7 +53,7 @@ class FpmRelayService(Service[FpmRelaySettings]):
         self._failed: set[str] = set()
         self._dirty = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._ctx: zmq.asyncio.Context | None = None
+        self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self._queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=settings.queue_batches)
         self._publisher: Publisher | None = None
 
@@ -61,7 +61,7 @@ class FpmRelayService(Service[FpmRelaySettings]):
     async def setup(self) -> None:
         s = self.settings
         loop = asyncio.get_running_loop()
-        self._ctx = zmq.asyncio.Context()
+        self._ctx = zmq.Context()
         if s.sharding:
             kv = await self.bus.kv(s.relay_bucket, ttl_s=s.relay_ttl_s)
             self.membership = Membership(

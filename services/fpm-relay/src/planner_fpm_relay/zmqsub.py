@@ -1,9 +1,18 @@
 """One engine's ZMQ SUB socket, read by its own task and handed over in batches.
 
-The reader awaits one message, then drains whatever else is queued with non-blocking receives (up
-to ``max_batch``) and puts the whole batch on the shared queue: one await and one queue hand-off per
-wake-up instead of per message. A socket failure is forwarded on the queue as a value; the consumer
-decides what to do (the service reopens the socket).
+The reader waits until the socket's FD is readable (one-shot ``loop.add_reader``: no Future, timer or
+event bookkeeping per wake-up as in ``zmq.asyncio``), then drains up to ``max_batch`` messages with
+non-blocking receives and puts the whole batch on the shared queue: one wake-up and one queue
+hand-off per batch, never per message. A socket failure is forwarded on the queue as a value; the
+consumer decides what to do (the service reopens the socket).
+
+Frames are read one by one with one ``RCVMORE`` check per frame, so that message boundaries are
+exact even for malformed messages (a wrong frame count reaches the publisher as it was sent and is
+counted there); ``recv_multipart`` does the same plus a list and a Python loop per message.
+
+The ZMQ FD is edge-like: it signals "something changed", not "a message is waiting". The reader
+only waits after a receive returned EAGAIN (which makes ZMQ process its pending commands, so the
+next arrival signals the FD again), and re-checks ``EVENTS`` before sleeping.
 """
 
 from __future__ import annotations
@@ -12,28 +21,29 @@ import asyncio
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
+from planner_fpm_relay.natsout import pub_header
 from planner_fpm_relay.targets import EngineTarget
+
+Frames = tuple[bytes, ...]
 
 
 class Batch:
     __slots__ = ("error", "frames", "sub")
 
-    def __init__(
-        self, sub: EngineSubscription, frames: list[list[bytes]], error: BaseException | None = None
-    ):
+    def __init__(self, sub: EngineSubscription, frames: list[Frames], error: BaseException | None = None):
         self.sub = sub
         self.frames = frames
         self.error = error
 
 
 class EngineSubscription:
-    """State the publisher keeps per engine lives here too (subject, last sequence, bound metrics)."""
+    """State the publisher keeps per engine lives here too (subject, its NATS ``PUB`` header, last
+    sequence, bound metrics)."""
 
     def __init__(
         self,
-        ctx: zmq.asyncio.Context,
+        ctx: zmq.Context[Any],
         target: EngineTarget,
         subject: str,
         out: asyncio.Queue[Batch],
@@ -42,37 +52,85 @@ class EngineSubscription:
     ) -> None:
         self.target = target
         self.subject = subject
+        self.pub_header = pub_header(subject)
+        self.labels = (target.component, target.worker_id)
         self.last_seq: int | None = None
         self.bound_metrics: tuple[Any, Any, Any] | None = None
         self.closed = False
         self._out = out
         self._max_batch = max_batch
-        self._sock = ctx.socket(zmq.SUB)
+        self._sock: zmq.Socket[Any] = ctx.socket(zmq.SUB)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
         self._sock.connect(target.zmq_endpoint)
-        # A plain socket over the same handle: non-blocking drains without a Future per message.
-        self._raw = zmq.Socket.shadow(self._sock.underlying)
+        self._fd: int = self._sock.get(zmq.FD)
+        self._loop = asyncio.get_running_loop()
+        self._waiter: asyncio.Future[None] | None = None
         self._task = asyncio.create_task(self._read(), name=f"zmq-{target.key}")
 
+    # ---- reading --------------------------------------------------------------------------------
+    def drain(self) -> list[Frames]:
+        """Up to ``max_batch`` messages already received by ZMQ, without blocking."""
+        recv, get, limit = self._sock.recv, self._sock.get, self._max_batch
+        noblock, rcvmore = zmq.NOBLOCK, zmq.RCVMORE
+        batch: list[Frames] = []
+        append = batch.append
+        try:
+            while len(batch) < limit:
+                f0 = recv(noblock)
+                # the rest of a message is always there once its first frame is (atomic delivery)
+                if not get(rcvmore):
+                    append((f0,))
+                    continue
+                f1 = recv(noblock)
+                if not get(rcvmore):
+                    append((f0, f1))
+                    continue
+                f2 = recv(noblock)
+                if not get(rcvmore):
+                    append((f0, f1, f2))
+                    continue
+                frames = [f0, f1, f2, recv(noblock)]
+                while get(rcvmore):
+                    frames.append(recv(noblock))
+                append(tuple(frames))
+        except zmq.Again:
+            pass
+        return batch
+
     async def _read(self) -> None:
-        sock, raw, out, limit = self._sock, self._raw, self._out, self._max_batch
-        noblock = zmq.NOBLOCK
+        out, limit = self._out, self._max_batch
         try:
             while True:
-                batch = [await sock.recv_multipart()]
-                try:
-                    while len(batch) < limit:
-                        batch.append(raw.recv_multipart(noblock))
-                except zmq.Again:
-                    pass
-                await out.put(Batch(self, batch))
+                batch = self.drain()
+                if batch:
+                    await out.put(Batch(self, batch))
+                if len(batch) >= limit:
+                    await asyncio.sleep(0)  # more is waiting: let the publisher and others run first
+                elif not self._sock.get(zmq.EVENTS) & zmq.POLLIN:
+                    await self._readable()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             await out.put(Batch(self, [], exc))
 
+    async def _readable(self) -> None:
+        waiter = self._waiter = self._loop.create_future()
+        self._loop.add_reader(self._fd, self._wake)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            self._loop.remove_reader(self._fd)
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        self._loop.remove_reader(self._fd)  # one-shot: a readable FD must not spin the loop
+
+    # ---- lifecycle ------------------------------------------------------------------------------
     async def stop_reading(self) -> None:
         """Stop receiving; batches already queued are still published."""
         if self._task.done():

@@ -61,6 +61,10 @@ class PolicyConfig:
     correction_min: float = 0.1
     """Bounds for observed correction factors (ours; ignored in reference_compat)."""
     correction_max: float = 10.0
+    correction_smoothing: float = 0.5
+    """Ours: weight of a new observation in the correction factors' moving average (1 = no smoothing)."""
+    correction_max_step: float = 1.5
+    """Ours: a correction factor moves by at most this ratio per throughput interval."""
     use_forecast_upper: bool = False
     """Size for ``LoadForecast.num_requests_upper`` when the predictor gives one."""
 
@@ -74,6 +78,8 @@ class PolicyConfig:
     """A worker whose latest load is older than this makes the snapshot invalid."""
     cold_start_s: float = 60.0
     """Workers younger than this are ignored by the SLA checks and block scale-down."""
+    queue_window_s: float = 180.0
+    """Ours: a prefill consolidation must also fit the peak queue of this window."""
 
     # threshold mode (seed 003 defaults, plus the reference's simple variant)
     threshold_variant: ThresholdVariant = ThresholdVariant.SEED003
@@ -122,6 +128,7 @@ _POSITIVE = (
 _NON_NEGATIVE = (
     "stale_after_s",
     "cold_start_s",
+    "queue_window_s",
     "scale_to_zero_after_s",
     "startup_s",
     "tolerance",
@@ -162,6 +169,10 @@ def validate_config(cfg: PolicyConfig) -> PolicyConfig:
         raise ValueError(f"max_replicas: must be -1 or >= max(min_replicas, 1), got {cfg.max_replicas}")
     if not 0.0 < cfg.sensitivity <= 1.0:
         raise ValueError(f"sensitivity: must be in (0, 1], got {cfg.sensitivity}")
+    if not 0.0 < cfg.correction_smoothing <= 1.0:
+        raise ValueError(f"correction_smoothing: must be in (0, 1], got {cfg.correction_smoothing}")
+    if cfg.correction_max_step < 1.0:
+        raise ValueError(f"correction_max_step: must be >= 1, got {cfg.correction_max_step}")
     if not 0.0 < cfg.correction_min <= 1.0 <= cfg.correction_max:
         raise ValueError("correction_min/correction_max: need 0 < correction_min <= 1 <= correction_max")
     if not 0.0 <= cfg.decode_kv_down < cfg.decode_kv_up:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from planner_core.policy.budget import apply_budget, issuable_targets
 from planner_core.policy.config import PolicyConfig, PolicyKind
-from planner_core.policy.load import load_policy
+from planner_core.policy.load import admission_blocked, load_policy
 from planner_core.policy.stabilize import prune_events, prune_recommendations, rate_limit, stabilize
 from planner_core.policy.threshold import ThresholdMemory, threshold_policy
 from planner_core.policy.throughput import Corrections, forecast_count, throughput_policy, update_corrections
@@ -25,6 +25,7 @@ from planner_core.policy.types import (
     DecisionResult,
     Diagnostics,
     PolicyState,
+    QueueSample,
     Recommendation,
     ScaleEvent,
 )
@@ -64,6 +65,28 @@ def _traffic_level(inputs: DecisionInputs) -> float | None:
     return max(vals) if vals else None
 
 
+def _observe_queues(inputs: DecisionInputs, st: PolicyState, cfg: PolicyConfig, now_s: float) -> PolicyState:
+    """Ours: remember recent prefill queues and decode admission waits (what one instant misses)."""
+    samples = [s for s in st.queue_samples if 0.0 <= now_s - s.at_s <= cfg.queue_window_s]
+    blocked_s = st.last_decode_blocked_s
+    for c, snap in inputs.snapshots.items():
+        workers = [w for w in snap.workers if not w.draining]
+        if not workers:
+            continue
+        if c == PREFILL:
+            mean_q = sum(w.queued_prefill_tokens for w in workers) / len(workers)
+            samples.append(QueueSample(at_s=now_s, component=c, queued_tokens_per_engine=mean_q))
+        if c == DECODE and any(admission_blocked(w, snap) for w in workers):
+            blocked_s = now_s
+    return dataclasses.replace(st, queue_samples=tuple(samples), last_decode_blocked_s=blocked_s)
+
+
+def _peak_queue(st: PolicyState, component: str) -> float:
+    return max(
+        (s.queued_tokens_per_engine for s in st.queue_samples if s.component == component), default=0.0
+    )
+
+
 def _direction(target: int, previous: int) -> Reason:
     return (
         Reason.SCALE_UP if target > previous else Reason.SCALE_DOWN if target < previous else Reason.NO_CHANGE
@@ -90,6 +113,8 @@ def decide(
     compat = cfg.reference_compat
     kind = cfg.policy
     evaluated = False
+    if not compat:
+        st = _observe_queues(inputs, st, cfg, now_s)
 
     # --- policy recommendations -------------------------------------------------------------
     if kind is PolicyKind.THRESHOLD and _due(state.last_threshold_s, cfg.threshold_interval_s, now_s):
@@ -139,8 +164,22 @@ def decide(
                 cfg,
                 now_s,
                 in_progress=c in inputs.in_progress,
+                peak_queue_tokens=0.0 if compat else _peak_queue(st, c),
             )
             fl = st.throughput_floor.get(c) if kind is PolicyKind.COMBINED else None
+            if (
+                kind is PolicyKind.COMBINED
+                and fl is None
+                and res_c.target is not None
+                and res_c.target < current[c]
+            ):
+                # ours: no consolidation on load alone before the first throughput floor (the
+                # first instants of a fleet say little about its traffic)
+                res_c = ComponentResult(
+                    target=current[c],
+                    reason=Reason.NO_CHANGE,
+                    diagnostics={**res_c.diagnostics, "awaiting_floor": 1.0},
+                )
             if fl is not None:
                 diag[f"{c}.throughput_floor"] = float(fl)
                 base = res_c.target if res_c.target is not None else current[c]
@@ -275,6 +314,11 @@ def _throughput_step(
     if inputs.capacity is not None:
         decode_rep = inputs.replicas.get(DECODE)
         frozen = frozenset() if cfg.reference_compat else inputs.in_progress
+        blocked_s = st.last_decode_blocked_s
+        interval_s = inputs.traffic.interval_s if inputs.traffic is not None else cfg.throughput_interval_s
+        if not cfg.reference_compat and blocked_s is not None and now_s - blocked_s <= interval_s:
+            # ours: the interval's ITL includes waiting for admission, not the engine's speed
+            frozen = frozen | {DECODE}
         corr = update_corrections(
             corr, inputs.traffic, inputs.capacity, decode_rep.ready if decode_rep else 0, cfg, frozen
         )

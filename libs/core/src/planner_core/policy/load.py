@@ -4,7 +4,11 @@ Up when **every** engine's estimate exceeds the SLA; down only when the load of 
 N-k still fits with ``sensitivity`` headroom (and, for decode, in ``max_kv_tokens``). Ours on top of the
 reference: pending and cold workers count as capacity that is on its way (no pile-up of scale-ups),
 multi-step moves when far off, scale-down still allowed while an earlier change is in progress (a
-replica stuck pending must not pin the fleet, its issue 14251).
+replica stuck pending must not pin the fleet, its issue 14251), and so is a further scale-up when the
+pending replicas will not cover the load. Decode requests that wait for admission (KV cache or
+``max_num_seqs`` full) count as ITL: the pass-time model alone cannot see them. Prefill consolidation
+also checks the peak queue of the recent window, since the queue at one instant is usually empty even
+at high utilisation.
 """
 
 from __future__ import annotations
@@ -49,13 +53,47 @@ def _ttft_est(snap: ComponentSnapshot, estimator: LatencyEstimator | None) -> _E
     return est
 
 
-def _itl_est(snap: ComponentSnapshot, estimator: LatencyEstimator | None) -> _Est:
+KV_HEADROOM = 0.95
+"""Share of the KV cache decode load may fill before new requests are taken to wait for admission
+(running requests keep growing their KV by one token per pass)."""
+
+
+def admission_overflow(w: WorkerLoad, snap: ComponentSnapshot, scale: float = 1.0) -> float:
+    """Decode demand (scheduled + queued) over what the engine admits, with the load times ``scale``:
+    max of KV tokens / (headroom * max_kv_tokens) and requests / max_num_seqs. > 1: requests wait."""
+    caps = snap.capabilities
+    if caps is None:
+        return 0.0
+    ratio = 0.0
+    max_kv = caps.max_kv_tokens
+    if max_kv > 0:
+        ratio = (w.scheduled_decode_kv_tokens + w.queued_decode_kv_tokens) / (KV_HEADROOM * max_kv)
+    ratio = max(ratio, (w.running_requests + w.waiting_requests) / caps.max_num_seqs)
+    return ratio * scale
+
+
+def admission_blocked(w: WorkerLoad, snap: ComponentSnapshot) -> bool:
+    """Requests are queued and the engine cannot admit them (KV cache or max_num_seqs full)."""
+    return w.waiting_requests > 0 and admission_overflow(w, snap) > 1.0
+
+
+def _itl_est(snap: ComponentSnapshot, estimator: LatencyEstimator | None, cfg: PolicyConfig) -> _Est:
     def est(w: WorkerLoad, scale: float) -> float | None:
         if scale == 1.0 and w.est_itl_ms is not None:
-            return w.est_itl_ms
-        if estimator is None:
+            e: float | None = w.est_itl_ms
+        elif estimator is None:
             return None
-        return estimator.itl_ms(snap, (w.scheduled_decode_kv_tokens + w.queued_decode_kv_tokens) * scale)
+        else:
+            e = estimator.itl_ms(snap, (w.scheduled_decode_kv_tokens + w.queued_decode_kv_tokens) * scale)
+        if cfg.reference_compat or e is None:
+            return e
+        over = admission_overflow(w, snap, scale)
+        if over > 1.0:
+            # ours: requests wait for admission; while demand exceeds what the engine holds, a queued
+            # request waits about (over - 1) turnovers of the cache, spread over its tokens, so its
+            # ITL grows with the overflow ratio and is over target whatever the pass time says
+            e = max(e, cfg.itl_target_ms) * over
+        return e
 
     return est
 
@@ -88,6 +126,7 @@ def _ttft_signal(
     cfg: PolicyConfig,
     max_up: int,
     max_down: int,
+    peak_queue_tokens: float = 0.0,
 ) -> _Signal:
     est = _ttft_est(snap, estimator)
     target = cfg.ttft_target_ms
@@ -100,9 +139,14 @@ def _ttft_signal(
         assert t0 is not None
         budget = (target - t0) * cfg.sensitivity
         diag["ttft_idle_ms"] = t0
+        if peak_queue_tokens > 0:
+            diag["peak_queue_tokens"] = peak_queue_tokens
         for k in range(min(max_down, n - 1), 0, -1):
             scale = n / (n - k)
             ests = [est(w, scale) for w in workers]
+            if peak_queue_tokens > 0:
+                # ours: the window's peak per-engine queue must fit as well
+                ests.append(estimator.ttft_ms(snap, peak_queue_tokens * scale) if estimator else None)
             if all(_finite(e) and e is not None and e - t0 < budget for e in ests):
                 down = k
                 break
@@ -119,7 +163,7 @@ def _itl_signal(
     max_up: int,
     max_down: int,
 ) -> _Signal:
-    est = _itl_est(snap, estimator)
+    est = _itl_est(snap, estimator, cfg)
     target = cfg.itl_target_ms
     up, min_est = _up_steps(warm, n_eff, est, target, max_up) if warm else (0, math.nan)
     diag = {"min_est_itl_ms": min_est}
@@ -135,6 +179,7 @@ def _itl_signal(
                 e = est(w, scale)
                 if (
                     (max_kv > 0 and kv >= max_kv)
+                    or (not cfg.reference_compat and admission_overflow(w, snap, scale) > 1.0)
                     or not _finite(e)
                     or e is None
                     or e >= target * cfg.sensitivity
@@ -156,8 +201,12 @@ def load_policy(
     cfg: PolicyConfig,
     now_s: float,
     in_progress: bool = False,
+    peak_queue_tokens: float = 0.0,
 ) -> ComponentResult:
-    """Recommendation for one component; ``current`` is the present desired count."""
+    """Recommendation for one component; ``current`` is the present desired count.
+
+    ``peak_queue_tokens``: the largest mean queued prefill tokens per engine of the recent window
+    (ours; 0 = none known), which a consolidation must also fit."""
     compat = cfg.reference_compat
     if compat and in_progress:
         return ComponentResult(target=None, reason=Reason.SCALING_IN_PROGRESS)
@@ -191,7 +240,8 @@ def load_policy(
 
     signals: list[_Signal] = []
     if component in (PREFILL, AGG):
-        signals.append(_ttft_signal(workers, warm, n_eff, snapshot, estimator, cfg, max_up, max_down))
+        peak = 0.0 if compat else peak_queue_tokens
+        signals.append(_ttft_signal(workers, warm, n_eff, snapshot, estimator, cfg, max_up, max_down, peak))
     if component in (DECODE, AGG):
         signals.append(_itl_signal(workers, warm, n_eff, snapshot, estimator, cfg, max_up, max_down))
     for s in signals:
@@ -200,8 +250,9 @@ def load_policy(
     up = max(s.up_steps for s in signals)
     down = min(s.down_steps for s in signals)
     n = len(workers)
-    if in_progress and down == 0:
-        # ours: only a consolidation may go through while a change is in flight
+    if in_progress and up == 0 and down == 0:
+        # ours: a change in flight blocks nothing else; pending replicas already count in n_eff, so
+        # an up here means they will not cover the load
         return ComponentResult(target=None, reason=Reason.SCALING_IN_PROGRESS, diagnostics=diag)
     if up > 0:
         base = n if compat else current

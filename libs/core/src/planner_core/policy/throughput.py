@@ -65,9 +65,24 @@ def update_corrections(
         if finite_pos(expected):
             d = traffic.mean_itl_ms / expected
     if not cfg.reference_compat:
-        p = min(max(p, cfg.correction_min), cfg.correction_max)
-        d = min(max(d, cfg.correction_min), cfg.correction_max)
+        p = _smoothed(previous.prefill, p, cfg)
+        d = _smoothed(previous.decode, d, cfg)
     return Corrections(prefill=p, decode=d)
+
+
+def _smoothed(previous: float, observed: float, cfg: PolicyConfig) -> float:
+    """Ours: EMA towards the observation, at most ``correction_max_step`` x per update, then bounds.
+
+    One interval's observation is noisy (queueing after a burst shows up as a slow engine); a factor
+    that jumps to it pins the fleet for as long as it takes the next observations to undo it.
+    """
+    if observed == previous:
+        return min(max(observed, cfg.correction_min), cfg.correction_max)
+    prev = min(max(previous, cfg.correction_min), cfg.correction_max)
+    target = min(max(observed, cfg.correction_min), cfg.correction_max)
+    ema = prev + cfg.correction_smoothing * (target - prev)
+    step = cfg.correction_max_step
+    return min(max(ema, prev / step, cfg.correction_min), prev * step, cfg.correction_max)
 
 
 def with_tolerance(need: float, current: int, tolerance: float) -> int:
@@ -157,7 +172,8 @@ def throughput_policy(
     d_corr = corrections.decode if cfg.use_correction else 1.0
     itl_target = cfg.itl_target_ms / d_corr if d_corr > 0 else cfg.itl_target_ms
     context = isl + osl / 2
-    d_thpt = capacity.decode.best_thpt_per_gpu(itl_target, context)
+    # ours: throughput derived from the interpolated ITL (REFERENCE interpolates the profiled throughput)
+    d_thpt = capacity.decode.best_thpt_per_gpu(itl_target, context, from_itl=not cfg.reference_compat)
     d_load = n * osl / interval
     if finite_pos(d_thpt):
         d_need = d_load / d_thpt / cfg.gpus_per_decode

@@ -93,6 +93,13 @@ class Recommendation:
 
 
 @dataclass(frozen=True, kw_only=True)
+class QueueSample:
+    at_s: float
+    component: str
+    queued_tokens_per_engine: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class PolicyState:
     """Everything the policies remember between ticks. Start from ``PolicyState()``."""
 
@@ -109,6 +116,10 @@ class PolicyState:
     prev_prefill_queue: float | None = None
     last_decode_up_s: float | None = None
     zero_since_s: float | None = None
+    queue_samples: tuple[QueueSample, ...] = ()
+    """Ours: recent mean queued prefill tokens per engine, for consolidation checks."""
+    last_decode_blocked_s: float | None = None
+    """Ours: when decode requests were last seen waiting for admission (freezes the decode correction)."""
     recommendations: tuple[Recommendation, ...] = ()
     events: tuple[ScaleEvent, ...] = ()
 
