@@ -78,6 +78,7 @@ def zmq_sender(endpoint: str) -> None:
     sock = zmq.Context.instance().socket(zmq.PUB)
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.bind(endpoint)
+    zsend, more = sock.send, zmq.SNDMORE
     warm = 0
     joined = False
     while True:
@@ -94,7 +95,10 @@ def zmq_sender(endpoint: str) -> None:
         seq0 = warm + 1
 
         def send(counter: int, data: bytes, seq0: int = seq0, start: int = start) -> None:
-            sock.send_multipart([b"", (seq0 + counter - start).to_bytes(8, "big"), data], copy=False)
+            # three sends: pyzmq's send_multipart costs ~10 us per message here, more than the relay
+            zsend(b"", more)
+            zsend((seq0 + counter - start).to_bytes(8, "big"), more)
+            zsend(data)
 
         paced_send(send, start, n, rate, out)
         warm = seq0 + n
@@ -133,3 +137,287 @@ def nats_sender(url: str) -> None:
     asyncio.run(main())
 
 
+# ---- the measuring side ---------------------------------------------------------------------------
+class Sink:
+    def __init__(self) -> None:
+        self.count = 0
+        self.first_ns = 0
+        self.last_ns = 0
+        self.decode = False
+        self.recv: dict[int, int] = {}
+        self.errors: list[str] = []
+
+    async def cb(self, msg: Any) -> None:
+        now = time.monotonic_ns()
+        if self.count == 0:
+            self.first_ns = now
+        self.count += 1
+        self.last_ns = now
+        if self.decode:
+            self.recv[_DEC.decode(msg.data).counter_id] = now
+
+    async def on_error(self, exc: Exception) -> None:
+        self.errors.append(repr(exc))  # e.g. slow consumer: the numbers of this run are suspect
+
+    def reset(self, decode: bool) -> None:
+        self.count, self.first_ns, self.last_ns, self.decode, self.recv = 0, 0, 0, decode, {}
+
+
+class Sender:
+    def __init__(self, args: list[str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    async def run(self, start: int, n: int, rate: float, out: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"run {start} {n} {rate} {out}\n")
+        self.proc.stdin.flush()
+        line = await asyncio.to_thread(self.proc.stdout.readline)
+        assert line.strip() == "done", line
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, all threads (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def count_in_file(path: str, text: str) -> int:
+    return Path(path).read_text().count(text)
+
+
+class Route:
+    """One path under test: the sending process and the processes whose CPU is accounted to it."""
+
+    def __init__(self, name: str, sender: Sender, pids: dict[str, int]) -> None:
+        self.name = name
+        self.sender = sender
+        self.pids = pids
+
+
+async def wait_count(sink: Sink, n: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    idle_since = time.monotonic()
+    last = -1
+    while sink.count < n and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+        if sink.count != last:
+            last, idle_since = sink.count, time.monotonic()
+        elif time.monotonic() - idle_since > 3.0:
+            break  # nothing more is coming
+
+
+async def throughput(sink: Sink, path: Route, n: int, tmp: str) -> dict[str, Any]:
+    sink.reset(decode=False)
+    cpu0 = {k: cpu_s(pid) for k, pid in path.pids.items()}
+    await path.sender.run(0, n, 0, f"{tmp}/tp.bin")
+    await wait_count(sink, n, 120)
+    cpu = {k: (cpu_s(pid) - cpu0[k]) / n * 1e6 for k, pid in path.pids.items()}
+    span_s = max(1e-9, (sink.last_ns - sink.first_ns) / 1e9)
+    return {"msgs_per_s": (sink.count - 1) / span_s, "received": sink.count, "sent": n, "cpu_us_per_msg": cpu}
+
+
+async def latency(sink: Sink, path: Route, rate: float, seconds: float, tmp: str) -> dict[str, Any]:
+    n = int(rate * seconds)
+    sink.reset(decode=True)
+    out = f"{tmp}/lat.bin"
+    await path.sender.run(0, n, rate, out)
+    await wait_count(sink, n, 30)
+    sent = array.array("q")
+    sent.frombytes(await asyncio.to_thread(Path(out).read_bytes))
+    lat_ms = sorted((sink.recv[i] - t) / 1e6 for i, t in enumerate(sent) if i in sink.recv)
+    if len(lat_ms) < 2:
+        return {"received": len(lat_ms), "sent": n}
+    q = statistics.quantiles(lat_ms, n=100, method="inclusive")
+    return {"p50_ms": q[49], "p99_ms": q[98], "max_ms": lat_ms[-1], "received": len(lat_ms), "sent": n}
+
+
+async def one_rep(sink: Sink, path: Route, n: int, tmp: str) -> dict[str, Any]:
+    return {
+        "throughput": await throughput(sink, path, n, tmp),
+        "latency_1k": await latency(sink, path, 1_000, 2.0, tmp),
+        "latency_10k": await latency(sink, path, 10_000, 1.0, tmp),
+    }
+
+
+async def bench(n: int, reps: int) -> dict[str, Any]:
+    import nats
+    import zmq  # noqa: F401  (fail early when missing)
+
+    from planner_runtime.natsd import NatsServer, free_port
+
+    out: dict[str, Any] = {
+        "payload_bytes": len(payload(123456)),
+        "cpus": os.cpu_count(),
+        "n": n,
+        "reps": reps,
+        "loadavg_start": os.getloadavg(),
+    }
+    sink = Sink()
+    with tempfile.TemporaryDirectory() as tmp, NatsServer(log_file=f"{tmp}/nats.log") as server:
+        nc = await nats.connect(server.url, error_cb=sink.on_error)
+        await nc.subscribe(SUBJECT, cb=sink.cb, pending_msgs_limit=-1, pending_bytes_limit=-1)
+        await nc.flush()
+        server_pid = server._proc.pid if server._proc is not None else -1  # for CPU accounting
+        me = os.getpid()
+
+        endpoint = f"tcp://127.0.0.1:{free_port()}"
+        raw_sender = Sender(["--role", "nats", "--url", server.url])
+        engine = Sender(["--role", "zmq", "--endpoint", endpoint])
+        relay = subprocess.Popen(  # noqa: ASYNC220  (started once, before anything is timed)
+            [sys.executable, "-m", "planner_fpm_relay", "--nats-url", server.url, "--namespace", "bench",
+             "--static-engines", f"agg:bench={endpoint}", "--no-watch-engines", "--zmq-rcvhwm", "0",
+             "--log-level", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        raw = Route(
+            "raw", raw_sender, {"sender": raw_sender.proc.pid, "nats-server": server_pid, "subscriber": me}
+        )
+        via = Route(
+            "relay",
+            engine,
+            {"sender": engine.proc.pid, "relay": relay.pid, "nats-server": server_pid, "subscriber": me},
+        )
+        try:
+            sink.reset(decode=False)
+            deadline = time.monotonic() + 30
+            while sink.count < 5 and time.monotonic() < deadline and relay.poll() is None:
+                await asyncio.sleep(0.05)  # until the engine's heartbeats flow through the relay
+            if sink.count < 5:
+                raise RuntimeError("the relay never relayed the engine's heartbeats")
+            for path in (raw, via):  # warm-up: connections, caches, the relay's first batches
+                await throughput(sink, path, min(n, 20_000), tmp)
+                await latency(sink, path, 1_000, 0.5, tmp)
+            runs: dict[str, list[dict[str, Any]]] = {"raw": [], "relay": []}
+            for _ in range(reps):
+                for path in (raw, via):
+                    runs[path.name].append(await one_rep(sink, path, n, tmp))
+        finally:
+            raw_sender.close()
+            engine.close()
+            relay.terminate()
+            try:
+                relay.wait(20)
+            except subprocess.TimeoutExpired:
+                relay.kill()
+                relay.wait()
+            await nc.close()
+        slow = count_in_file(f"{tmp}/nats.log", "Slow Consumer")
+    out["loadavg_end"] = os.getloadavg()
+    out["runs"] = runs
+    out["nats_slow_consumer_events"] = slow
+    out["subscriber_errors"] = sink.errors
+    out["summary"] = summarize(runs)
+    return out
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    vals = [v for v in values if v == v]
+    if not vals:
+        return {"median": float("nan"), "min": float("nan"), "max": float("nan")}
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+
+
+def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    raw, rel = runs["raw"], runs["relay"]
+    nan = float("nan")
+    s: dict[str, Any] = {
+        "raw_msgs_per_s": spread([r["throughput"]["msgs_per_s"] for r in raw]),
+        "relay_msgs_per_s": spread([r["throughput"]["msgs_per_s"] for r in rel]),
+        "ratio": spread(
+            [b["throughput"]["msgs_per_s"] / a["throughput"]["msgs_per_s"] for a, b in zip(raw, rel, strict=True)]
+        ),
+        "relay_lost": sum(r["throughput"]["sent"] - r["throughput"]["received"] for r in rel),
+        "cpu_us_per_msg": {
+            name: {k: spread([r["throughput"]["cpu_us_per_msg"][k] for r in rs]) for k in rs[0]["throughput"]["cpu_us_per_msg"]}
+            for name, rs in (("raw", raw), ("relay", rel))
+        },
+    }  # fmt: skip
+    for rate in ("1k", "10k"):
+        key = f"latency_{rate}"
+        for q in ("p50_ms", "p99_ms"):
+            s[f"raw_{rate}_{q}"] = spread([r[key].get(q, nan) for r in raw])
+            s[f"relay_{rate}_{q}"] = spread([r[key].get(q, nan) for r in rel])
+            s[f"added_{rate}_{q}"] = spread(
+                [b[key].get(q, nan) - a[key].get(q, nan) for a, b in zip(raw, rel, strict=True)]
+            )
+        s[f"relay_{rate}_complete"] = all(r[key]["received"] == r[key]["sent"] for r in rel)
+    s["targets"] = {
+        "throughput ratio >= 0.8 (median)": s["ratio"]["median"] >= 0.8,
+        "added p99 <= 3 ms at 1k/s (median)": s["added_1k_p99_ms"]["median"] <= 3.0,
+    }
+    return s
+
+
+def fmt(sp: dict[str, float], unit: str = "", digits: int = 2, scale: float = 1.0) -> str:
+    m, lo, hi = (sp[k] * scale for k in ("median", "min", "max"))
+    return f"{m:>9,.{digits}f}{unit} [{lo:,.{digits}f} .. {hi:,.{digits}f}]"
+
+
+def report(res: dict[str, Any]) -> None:
+    s = res["summary"]
+    la0, la1 = res["loadavg_start"], res["loadavg_end"]
+    print(f"payload {res['payload_bytes']} B, {res['cpus']} CPUs, {res['reps']} reps of {res['n']:,} msgs;"
+          f" load average {la0[0]:.2f} -> {la1[0]:.2f} (1 min)")  # fmt: skip
+    print("median [min .. max] over the repetitions")
+    print(f"(a) raw nats-py ceiling        {fmt(s['raw_msgs_per_s'], ' msg/s', 0)}")
+    print(f"(b) relay end to end           {fmt(s['relay_msgs_per_s'], ' msg/s', 0)}"
+          f"   lost {s['relay_lost']}")  # fmt: skip
+    print(f"    ratio (b)/(a)              {fmt(s['ratio'])}   target >= 0.8")
+    for name in ("raw", "relay"):
+        cpu = s["cpu_us_per_msg"][name]
+        parts = ", ".join(f"{k} {v['median']:.1f}" for k, v in cpu.items())
+        total = sum(v["median"] for v in cpu.values())
+        print(f"    CPU us/msg, {name:5s}       {parts} (total {total:.1f})")
+    for rate in ("1k", "10k"):
+        for q in ("p50_ms", "p99_ms"):
+            print(f"latency @{rate:>3}/s {q[:3]}  relay {fmt(s[f'relay_{rate}_{q}'], ' ms', 3)}"
+                  f" | raw {fmt(s[f'raw_{rate}_{q}'], ' ms', 3)} | added {fmt(s[f'added_{rate}_{q}'], ' ms', 3)}")  # fmt: skip
+        if not s[f"relay_{rate}_complete"]:
+            print(f"    relay fell behind at {rate}/s: some messages did not arrive in time")
+    if res["nats_slow_consumer_events"] or res["subscriber_errors"]:
+        print(f"WARNING: slow consumer events {res['nats_slow_consumer_events']}, subscriber errors"
+              f" {res['subscriber_errors'][:3]}: this run's numbers are suspect")  # fmt: skip
+    for target, ok in s["targets"].items():
+        print(f"{'PASS' if ok else 'FAIL'}  {target}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=100_000, help="messages per throughput blast")
+    p.add_argument("--reps", type=int, default=5, help="repetitions of (a) and (b), alternating")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--role", choices=["zmq", "nats"], help=argparse.SUPPRESS)
+    p.add_argument("--endpoint", help=argparse.SUPPRESS)
+    p.add_argument("--url", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.role == "zmq":
+        zmq_sender(a.endpoint)
+        return
+    if a.role == "nats":
+        nats_sender(a.url)
+        return
+    res = asyncio.run(bench(a.n, a.reps))
+    if a.json:
+        print(json.dumps(res, indent=2))
+        return
+    report(res)
+
+
+if __name__ == "__main__":
+    main()

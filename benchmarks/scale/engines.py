@@ -10,6 +10,7 @@ refreshed every ENGINES_TTL_S / 3, as an engine sidecar would.
 
 Protocol with the harness (one JSON object per line): on stdout, ``{"endpoints": {...}}`` once the
 sockets are bound, then ``{"registered_s": ...}`` once every key is in the registry; on stdin,
+``register`` (sockets are bound and sending from the start; the keys go in on this command),
 ``stats`` (answered with the cumulative counters) and ``stop`` (answered with the counters, keys
 deleted, exit 0).
 
@@ -207,6 +208,7 @@ async def main(cfg: dict[str, Any]) -> None:
     busy = Stream([e for e in engines if not e.idle], cfg["rate"], t0)
     idle = Stream([e for e in engines if e.idle], 1.0, t0)
     stop = asyncio.Event()
+    go = asyncio.Event()
 
     def counters() -> dict[str, Any]:
         return {
@@ -243,11 +245,14 @@ async def main(cfg: dict[str, Any]) -> None:
             line = (await reader.readline()).decode().strip()
             if line == "stats":
                 emit(counters())
+            elif line == "register":
+                go.set()
             elif line in ("stop", ""):
                 stop.set()
                 return
 
     tasks = [asyncio.create_task(sender()), asyncio.create_task(commands())]
+    await go.wait()
     emit({"registered_s": await register_all()})
     tasks.append(asyncio.create_task(refresher()))
     await stop.wait()

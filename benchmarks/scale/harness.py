@@ -375,6 +375,15 @@ async def _wait_http(procs: list[Proc], timeout_s: float) -> None:
                 await asyncio.sleep(0.2)
 
 
+async def _wait_members(relays: list[Proc], n: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = await asyncio.gather(*(asyncio.to_thread(scrape, r.http_port) for r in relays))
+        if all(total(m, "planner_fpm_relay_members") >= n for m in got):
+            return
+        await asyncio.sleep(0.3)
+
+
 async def _run(cfg: ScaleConfig, fleet: Fleet, log_dir: Path, log: Log) -> dict[str, Any]:
     ns = cfg.namespace
     subjects = Subjects(ns=ns)
@@ -478,7 +487,9 @@ async def _run_connected(
     replicas_task = asyncio.create_task(replicas_loop())
     try:
         await _wait_http(services, 60)
-        registered = [await _read_json_line(p, 120) for p in engine_procs]
+        if cfg.discovery == "kv":  # all relays have joined: no relay starts out owning every engine
+            await _wait_members(relays, cfg.relays, 30)
+        registered = [await _command(p, "register", 120) for p in engine_procs]
         t_registered = time.monotonic()
         log(
             f"services up in {t_registered - t_services:.1f} s; registry filled in "
@@ -616,7 +627,7 @@ def _report(
     window = r1["t"] - r0["t"]
     m0, m1 = r0["metrics"], r1["metrics"]
 
-    def win(proc: str) -> float:
+    def span(proc: str) -> float:
         """Each process's counters are rated over the time between its own two reads."""
         w = r1["times"][proc] - r0["times"][proc]
         return w if w > 0 else window
@@ -643,7 +654,7 @@ def _report(
                 "name": r.name,
                 "engines": int(total(m1[r.name], "planner_fpm_engines_subscribed")),
                 "relayed": delta(r.name, "planner_fpm_relayed_total"),
-                "relayed_per_s": delta(r.name, "planner_fpm_relayed_total") / win(r.name),
+                "relayed_per_s": delta(r.name, "planner_fpm_relayed_total") / span(r.name),
                 "seq_gaps": delta(r.name, "planner_fpm_dropped_total"),
                 "lease_drops": delta(r.name, "planner_fpm_lease_dropped_total"),
                 "bad": delta(r.name, "planner_bad_messages_total"),
@@ -768,7 +779,7 @@ def _report(
             "engines_silent": cfg.engines - len(owners),
         },
         "regression": {
-            "received_per_s": received / win(reg_name),
+            "received_per_s": received / span(reg_name),
             "passes_fitted": delta(reg_name, "planner_regression_passes_total", outcome="accepted"),
             "over_budget": delta(reg_name, "planner_regression_passes_total", outcome="over_budget"),
             "model_ready": {

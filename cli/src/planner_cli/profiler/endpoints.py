@@ -223,6 +223,7 @@ class OpenAIEndpoint:
         limits: EngineLimits | None = None,
         timeout_s: float = 600.0,
         seed: int = 0,
+        transport: Any = None,
     ) -> None:
         import httpx
 
@@ -237,6 +238,7 @@ class OpenAIEndpoint:
             timeout=httpx.Timeout(timeout_s, connect=10.0),
             headers=headers,
             limits=httpx.Limits(max_connections=4096, max_keepalive_connections=256),
+            transport=transport,
         )
         self._rng = random.Random(seed)
 

@@ -181,7 +181,9 @@ async def _sweep_tp(
             for w, c in zip(workers, (spawned.prefill_compression, spawned.time_compression), strict=True):
                 endpoints.append(await _nats_endpoint(spawned.nats_url, spawned.namespace, w, c))
         else:
-            endpoints = [await _nats_endpoint(cfg.nats_url, cfg.namespace, cfg.worker_ids[i], cfg.time_compression)]
+            endpoints = [
+                await _nats_endpoint(cfg.nats_url, cfg.namespace, cfg.worker_ids[i], cfg.time_compression)
+            ]
         for ep in endpoints[:-1]:
             await ep.limits()  # engine-sim: waits until the engine has registered (and subscribed)
         limits = await _limits(endpoints[-1], cfg, tp)

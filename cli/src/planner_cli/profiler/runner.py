@@ -51,6 +51,7 @@ async def sweep_engine(
     """Prefill points on ``endpoint``, decode points on ``decode_endpoint`` (default: the same one;
     a spawned engine-sim uses a second, faster-clocked engine for the long decode batches)."""
     dec_ep = decode_endpoint or endpoint
+
     def step(n: int, what: str) -> None:
         if progress is not None:
             progress(n, what)
@@ -81,9 +82,7 @@ async def sweep_engine(
     d_points: list[DecodePoint] = []
     d_itl: list[float] = []
     for pt in points:
-        traces = list(
-            await asyncio.gather(*(dec_ep.generate(pt.isl, pt.osl) for _ in range(pt.concurrency)))
-        )
+        traces = list(await asyncio.gather(*(dec_ep.generate(pt.isl, pt.osl) for _ in range(pt.concurrency))))
         step(pt.concurrency, f"TP{tp} decode ISL {pt.isl} x{pt.concurrency}")
         failed += sum(not t.ok for t in traces)
         itl = steady_itl_ms(traces)

@@ -42,6 +42,8 @@ class DeciderSettings(LeaseSettings, frozen=True, kw_only=True):
     use_correction: bool = _D.use_correction
     correction_min: float = _D.correction_min
     correction_max: float = _D.correction_max
+    correction_smoothing: float = _D.correction_smoothing
+    correction_max_step: float = _D.correction_max_step
     use_forecast_upper: bool = _D.use_forecast_upper
     sensitivity: float = _D.sensitivity
     max_step_up: int = _D.max_step_up
@@ -94,7 +96,10 @@ class DeciderSettings(LeaseSettings, frozen=True, kw_only=True):
             raise ValueError(f"components: unknown component(s) {bad}; allowed: prefill, decode, agg")
 
     def policy_config(self) -> PolicyConfig:
-        return PolicyConfig(**{f.name: getattr(self, f.name) for f in fields(PolicyConfig)})
+        # A knob not mirrored here yet keeps PolicyConfig's default (the knob-coverage test flags it).
+        return PolicyConfig(
+            **{f.name: getattr(self, f.name) for f in fields(PolicyConfig) if hasattr(self, f.name)}
+        )
 
     def tick_s(self) -> float:
         """The decider's loop period: the shortest policy interval in use, at most ack_poll_s."""

@@ -74,17 +74,15 @@ def _observe_queues(inputs: DecisionInputs, st: PolicyState, cfg: PolicyConfig, 
         if not workers:
             continue
         if c == PREFILL:
-            mean_q = sum(w.queued_prefill_tokens for w in workers) / len(workers)
-            samples.append(QueueSample(at_s=now_s, component=c, queued_tokens_per_engine=mean_q))
+            total = float(sum(w.queued_prefill_tokens for w in workers))
+            samples.append(QueueSample(at_s=now_s, component=c, queued_tokens=total))
         if c == DECODE and any(admission_blocked(w, snap) for w in workers):
             blocked_s = now_s
     return dataclasses.replace(st, queue_samples=tuple(samples), last_decode_blocked_s=blocked_s)
 
 
-def _peak_queue(st: PolicyState, component: str) -> float:
-    return max(
-        (s.queued_tokens_per_engine for s in st.queue_samples if s.component == component), default=0.0
-    )
+def _recent_queues(st: PolicyState, component: str) -> tuple[float, ...]:
+    return tuple(s.queued_tokens for s in st.queue_samples if s.component == component)
 
 
 def _direction(target: int, previous: int) -> Reason:
@@ -164,7 +162,8 @@ def decide(
                 cfg,
                 now_s,
                 in_progress=c in inputs.in_progress,
-                peak_queue_tokens=0.0 if compat else _peak_queue(st, c),
+                recent_queued_tokens=() if compat else _recent_queues(st, c),
+                burst_step_ok=c not in st.last_up_s or now_s - st.last_up_s[c] >= cfg.queue_window_s,
             )
             fl = st.throughput_floor.get(c) if kind is PolicyKind.COMBINED else None
             if (
@@ -288,7 +287,10 @@ def decide(
             reasons[c] = _direction(targets[c], previous[c])
         diag[f"{c}.desired"] = float(desired[c])
 
-    st = dataclasses.replace(st, desired=desired, recommendations=history, events=(*events, *new_events))
+    last_up = {**st.last_up_s, **{c: now_s for c in comps if desired[c] > current[c]}}
+    st = dataclasses.replace(
+        st, desired=desired, recommendations=history, events=(*events, *new_events), last_up_s=last_up
+    )
     result = DecisionResult(
         targets=targets,
         desired=dict(desired),

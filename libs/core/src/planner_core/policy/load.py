@@ -126,12 +126,19 @@ def _ttft_signal(
     cfg: PolicyConfig,
     max_up: int,
     max_down: int,
-    peak_queue_tokens: float = 0.0,
+    recent_queued_tokens: Sequence[float] = (),
+    burst_step_ok: bool = False,
 ) -> _Signal:
     est = _ttft_est(snap, estimator)
     target = cfg.ttft_target_ms
     up, min_est = _up_steps(warm, n_eff, est, target, max_up) if warm else (0, math.nan)
     diag = {"min_est_ttft_ms": min_est}
+    if recent_queued_tokens and estimator is not None and warm and burst_step_ok:
+        # ours: replay the window's queues on n_eff + 1 engines; too many still over target -> +1.
+        # One step per window: a burst long gone is no reason to pile up engines that start late.
+        burst_up = min(_burst_up_steps(recent_queued_tokens, n_eff, snap, estimator, cfg, 1), 1)
+        diag["burst_up_steps"] = float(burst_up)
+        up = max(up, burst_up)
     down = 0
     n = len(workers)
     t0 = estimator.ttft_ms(snap, 0.0) if estimator is not None else None
@@ -139,18 +146,43 @@ def _ttft_signal(
         assert t0 is not None
         budget = (target - t0) * cfg.sensitivity
         diag["ttft_idle_ms"] = t0
-        if peak_queue_tokens > 0:
-            diag["peak_queue_tokens"] = peak_queue_tokens
+        peak = max(recent_queued_tokens, default=0.0)
+        if peak > 0:
+            diag["peak_queued_tokens"] = peak
         for k in range(min(max_down, n - 1), 0, -1):
             scale = n / (n - k)
             ests = [est(w, scale) for w in workers]
-            if peak_queue_tokens > 0:
-                # ours: the window's peak per-engine queue must fit as well
-                ests.append(estimator.ttft_ms(snap, peak_queue_tokens * scale) if estimator else None)
+            if peak > 0 and estimator is not None:
+                # ours: the window's peak queue, spread over the N-k engines, must fit as well
+                ests.append(estimator.ttft_ms(snap, peak / (n - k)))
             if all(_finite(e) and e is not None and e - t0 < budget for e in ests):
                 down = k
                 break
     return _Signal(up, down, diag)
+
+
+def _burst_up_steps(
+    queued_tokens: Sequence[float],
+    n_eff: int,
+    snap: ComponentSnapshot,
+    estimator: LatencyEstimator,
+    cfg: PolicyConfig,
+    max_up: int,
+) -> int:
+    """Smallest k such that fewer than ``queue_overload_samples`` of the window's queues, spread over
+    n_eff + k engines, would be over the TTFT target."""
+    busy = sorted((q for q in queued_tokens if q > 0), reverse=True)
+    if len(busy) < cfg.queue_overload_samples:
+        return 0
+    # the sample that must fit is the queue_overload_samples-th largest
+    q = busy[cfg.queue_overload_samples - 1]
+    for k in range(0, max_up + 1):
+        e = estimator.ttft_ms(snap, q / max(n_eff + k, 1))
+        if e is None or not math.isfinite(e):
+            return 0
+        if e <= cfg.ttft_target_ms:
+            return k
+    return max_up
 
 
 def _itl_signal(
@@ -201,12 +233,14 @@ def load_policy(
     cfg: PolicyConfig,
     now_s: float,
     in_progress: bool = False,
-    peak_queue_tokens: float = 0.0,
+    recent_queued_tokens: Sequence[float] = (),
+    burst_step_ok: bool = False,
 ) -> ComponentResult:
     """Recommendation for one component; ``current`` is the present desired count.
 
-    ``peak_queue_tokens``: the largest mean queued prefill tokens per engine of the recent window
-    (ours; 0 = none known), which a consolidation must also fit."""
+    ``recent_queued_tokens``: the component's queued prefill tokens (summed over engines) at each tick
+    of the recent window (ours; ignored in reference_compat); ``burst_step_ok``: no scale-up of this
+    component within that window, so one burst-driven step is allowed."""
     compat = cfg.reference_compat
     if compat and in_progress:
         return ComponentResult(target=None, reason=Reason.SCALING_IN_PROGRESS)
@@ -240,8 +274,12 @@ def load_policy(
 
     signals: list[_Signal] = []
     if component in (PREFILL, AGG):
-        peak = 0.0 if compat else peak_queue_tokens
-        signals.append(_ttft_signal(workers, warm, n_eff, snapshot, estimator, cfg, max_up, max_down, peak))
+        recent = () if compat else recent_queued_tokens
+        signals.append(
+            _ttft_signal(
+                workers, warm, n_eff, snapshot, estimator, cfg, max_up, max_down, recent, burst_step_ok
+            )
+        )
     if component in (DECODE, AGG):
         signals.append(_itl_signal(workers, warm, n_eff, snapshot, estimator, cfg, max_up, max_down))
     for s in signals:

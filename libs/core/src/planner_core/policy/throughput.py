@@ -162,7 +162,8 @@ def throughput_policy(
     p_corr = min(1.0, corrections.prefill) if cfg.use_correction else 1.0
     p_load = n * isl / interval * p_corr
     if finite_pos(p_thpt):
-        p_need = p_load / p_thpt / cfg.gpus_per_prefill
+        headroom = 1.0 if cfg.reference_compat else cfg.prefill_max_utilisation
+        p_need = p_load / p_thpt / cfg.gpus_per_prefill / headroom
         results[PREFILL] = _sized(
             PREFILL, p_need, current, cfg, {"load_tok_per_s": p_load, "thpt_per_gpu": p_thpt}
         )

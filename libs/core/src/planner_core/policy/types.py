@@ -96,7 +96,8 @@ class Recommendation:
 class QueueSample:
     at_s: float
     component: str
-    queued_tokens_per_engine: float
+    queued_tokens: float
+    """Queued prefill tokens summed over the component's engines."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +118,9 @@ class PolicyState:
     last_decode_up_s: float | None = None
     zero_since_s: float | None = None
     queue_samples: tuple[QueueSample, ...] = ()
-    """Ours: recent mean queued prefill tokens per engine, for consolidation checks."""
+    """Ours: recent prefill queues (one per load tick), for burst-aware scale-up and consolidation."""
+    last_up_s: Mapping[str, float] = field(default_factory=dict)
+    """Ours: when each component's desired count last went up (one burst step per queue window)."""
     last_decode_blocked_s: float | None = None
     """Ours: when decode requests were last seen waiting for admission (freezes the decode correction)."""
     recommendations: tuple[Recommendation, ...] = ()
