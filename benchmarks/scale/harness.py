@@ -73,6 +73,8 @@ class ScaleConfig:
     decider_interval_s: float = 2.0
     """The decider's load_interval_s (its tick); the service default is 5 s."""
     warmup_timeout_s: float = 90.0
+    stop_timeout_s: float = 40.0
+    """Per process group, after SIGTERM (the services' drain_timeout_s is 30 s)."""
     namespace: str = "scale"
     relay_args: list[str] = field(default_factory=list)
     """Extra fpm-relay flags, e.g. ``--relay-ttl-s 15 --relay-heartbeat-s 5``."""
@@ -124,6 +126,7 @@ class Fleet:
                 stderr=log,
                 start_new_session=True,  # Ctrl-C reaches the harness only; it stops the rest in order
                 preexec_fn=_die_with_parent,
+                env={**os.environ, "PYTHONFAULTHANDLER": "1"},
             )
         proc = Proc(name, role, popen, http_port, log_path)
         self.procs.append(proc)
@@ -144,8 +147,14 @@ class Fleet:
                 try:
                     p.popen.wait(max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    p.popen.kill()
-                    p.popen.wait(5)
+                    # PYTHONFAULTHANDLER is on in the children: SIGABRT writes every thread's stack
+                    # to the process log, so a stuck shutdown can be diagnosed afterwards
+                    p.popen.send_signal(signal.SIGABRT)
+                    try:
+                        p.popen.wait(5)
+                    except subprocess.TimeoutExpired:
+                        p.popen.kill()
+                        p.popen.wait(5)
         for p in self.procs:
             for stream in (p.popen.stdin, p.popen.stdout):
                 if stream is not None:
@@ -320,7 +329,7 @@ def run(cfg: ScaleConfig, log: Log = _stderr) -> dict[str, Any]:
         result = asyncio.run(_run(cfg, fleet, log_dir, log))
         return result
     finally:
-        codes = fleet.stop_all()
+        codes = fleet.stop_all(cfg.stop_timeout_s)
         signal.signal(signal.SIGTERM, previous)
         bad = {n: c for n, c in codes.items() if c not in (0, None)}
         if result:

@@ -27,6 +27,9 @@ from planner_proto.traffic import LoadForecast, TrafficSample
 
 def capacity() -> CapacityModel:
     # prefill 28000 tok/s/GPU; decode ITL = 10 + 40*kv ms, thpt = 4000*kv (as in test_throughput_policy)
+    # but with 700000 KV tokens, so that our throughput derived from the ITL is about the profiled one:
+    # context 3500 (cell 3505.05), kv 0.9899: 0.9899 * 700000 / 3505.05 = 197.7 requests / 49.6 ms
+    # = 3986 tok/s/GPU
     isl = np.array([100.0, 1000.0, 4000.0, 8000.0, 16000.0])
     pre = PrefillProfile(isl_tokens=isl, ttft_ms=isl / 28.0, thpt_per_gpu=np.full(5, 28000.0))
     kv, ctx = np.meshgrid([0.0, 0.25, 0.5, 0.75, 1.0], [1000.0, 3000.0, 5000.0])
@@ -36,7 +39,7 @@ def capacity() -> CapacityModel:
         context_length_tokens=ctx,
         itl_ms=10 + 40 * kv,
         thpt_per_gpu=4000 * kv,
-        max_kv_tokens=100_000,
+        max_kv_tokens=700_000,
     )
     return CapacityModel(prefill=PrefillInterpolator(pre), decode=DecodeInterpolator(dec))
 
@@ -73,7 +76,7 @@ TP = PolicyConfig(policy=PolicyKind.THROUGHPUT)
 
 def test_zero_traffic_scales_down_after_the_down_window() -> None:
     state = PolicyState()
-    # t=0: 1800 req -> prefill need 1.07 (current 2, inside tolerance) = 2; decode 2.5 -> ceil(2.75) = 3
+    # t=0: 1800 req -> prefill need 1.07 / utilisation 0.6 = 1.79 -> 2; decode 10000 / 3986 = 2.51 -> 3
     res, state = decide(DecisionInputs(replicas=pd(2, 3), forecast=fc(1800), capacity=CAP), state, TP, 0.0)
     assert res.targets == {"prefill": 2, "decode": 3}
     zero = DecisionInputs(replicas=pd(2, 3), forecast=fc(0), traffic=seen(0), capacity=CAP)
@@ -236,7 +239,7 @@ def test_stuck_pending_does_not_block_scale_down() -> None:
 
 def test_combined_throughput_sets_the_floor() -> None:
     cfg = PolicyConfig(policy=PolicyKind.COMBINED, max_gpu_budget=-1)
-    # throughput says decode 3 (2.5 -> 3); the single engine is idle so load alone would not add
+    # throughput says decode 3 (2.51 -> 3); the single engine is idle so load alone would not add
     inp = DecisionInputs(
         replicas={"prefill": cr(2), "decode": cr(1)},
         forecast=fc(1800),

@@ -75,9 +75,33 @@ def test_prefill_few_points_is_linear() -> None:
     ids=["loose_target_full_kv", "tight_target_partial_kv", "unreachable_lowest_cell"],
 )
 def test_best_decode_thpt_linear_profile(itl_target: float, expected_thpt: float) -> None:
+    # the reference: the profiled throughput, interpolated
     interp = DecodeInterpolator(linear_decode())
-    assert interp.best_thpt_per_gpu(itl_target, 3000.0) == pytest.approx(expected_thpt, abs=1e-3)
+    got = interp.best_thpt_per_gpu(itl_target, 3000.0, from_itl=False)
+    assert got == pytest.approx(expected_thpt, abs=1e-3)
     assert interp.meets_itl(itl_target, 3000.0) == (itl_target >= 10.0)
+
+
+@pytest.mark.parametrize(
+    ("itl_target", "max_num_seqs", "expected_thpt"),
+    [
+        # context 3000 is cell 49.5 -> 50: 1000 + 50 * 4000 / 99 = 3020.2 tokens. kv 1.0: ITL 50 ms,
+        # requests 100000 / 3020.2 = 33.11 -> 33.11 / 0.050 = 662.2 tok/s/GPU
+        (60.0, None, 100000 / (1000 + 50 * 4000 / 99) / 0.050),
+        # ITL <= 25 -> cell 37/99 = 0.3737: ITL 24.95 ms, requests 0.3737 * 33.11 = 12.37 -> 495.9
+        (25.0, None, 37 / 99 * 100000 / (1000 + 50 * 4000 / 99) / (0.010 + 0.040 * 37 / 99)),
+        # max_num_seqs 20 caps the 33.11 requests at kv 1.0: 20 / 0.050 = 400
+        (60.0, 20, 20 / 0.050),
+        # nothing meets 5 ms -> lowest-load cell, kv 0 -> 0 requests -> 0
+        (5.0, None, 0.0),
+    ],
+    ids=["loose_target_full_kv", "tight_target_partial_kv", "max_num_seqs_cap", "unreachable_lowest_cell"],
+)
+def test_best_decode_thpt_derived_from_itl(
+    itl_target: float, max_num_seqs: int | None, expected_thpt: float
+) -> None:
+    interp = DecodeInterpolator(linear_decode(), max_num_seqs=max_num_seqs)
+    assert interp.best_thpt_per_gpu(itl_target, 3000.0) == pytest.approx(expected_thpt, rel=1e-6)
 
 
 def test_decode_itl_at_concurrency() -> None:
@@ -104,7 +128,10 @@ def test_decode_degenerate_points_fall_back_to_nearest() -> None:
         max_kv_tokens=1000,
     )
     interp = DecodeInterpolator(prof)
-    assert interp.best_thpt_per_gpu(25.0, 2000.0) == 500.0
+    assert interp.best_thpt_per_gpu(25.0, 2000.0, from_itl=False) == 500.0
+    # derived: the highest cell still nearest the kv 0.5 point (ITL 20 ms) is kv 0.1 + 74 * 0.8 / 99
+    # = 0.698 (0.7 is half-way to 0.9): 0.698 * 1000 / 2000 = 0.349 requests / 0.020 s = 17.45 tok/s
+    assert interp.best_thpt_per_gpu(25.0, 2000.0) == pytest.approx((0.1 + 74 * 0.8 / 99) * 0.5 / 0.020)
 
 
 # ---- the real H200 / Llama-3.1-8B-FP8 profile ---------------------------------------------------
@@ -151,3 +178,14 @@ def test_h200_decode(h200: tuple[PrefillInterpolator, DecodeInterpolator]) -> No
     # ~ profiled points: 19.7 ms -> 3926 tok/s/GPU, 31.1 ms -> 4116 at ctx 5644
     assert 3000.0 < t20 < 4500.0
     assert not dec.meets_itl(1.0, 5644.0)
+
+
+def test_h200_decode_thpt_derived_between_rows(h200: tuple[PrefillInterpolator, DecodeInterpolator]) -> None:
+    _, dec = h200
+    # context 1260 lies between the profile rows at 350 and 2997 tokens; interpolating their
+    # throughputs gives ~6800 tok/s/GPU, about half of what the engine does at a 50 ms ITL (~13000 by
+    # the calibrated engine model). Derived from the interpolated ITL it is in that range.
+    ref = dec.best_thpt_per_gpu(50.0, 1260.0, from_itl=False)
+    ours = dec.best_thpt_per_gpu(50.0, 1260.0)
+    assert ref < 8000.0
+    assert 11000.0 < ours < 20000.0

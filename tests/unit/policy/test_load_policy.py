@@ -164,13 +164,22 @@ def test_decode_down_needs_kv_room() -> None:
             REF,
             Reason.SCALING_IN_PROGRESS,
         ),
-        # ours: no scale-up while in progress either ...
+        # ours: while in progress, hold when the pending replica covers the load: 550 ms on 2 ready,
+        # spread over 2 + 1 pending -> 383 ms <= 500 -> no up; no down either -> in progress ...
+        (
+            snap("prefill", [worker(0, q=50_000), worker(1, q=50_000)]),
+            reps(2, desired=3),
+            True,
+            OURS,
+            Reason.SCALING_IN_PROGRESS,
+        ),
+        # ... but scale up further when it does not: nothing pending, 550 ms > 500 on both -> +1
         (
             snap("prefill", [worker(0, q=50_000), worker(1, q=50_000)]),
             reps(2),
             True,
             OURS,
-            Reason.SCALING_IN_PROGRESS,
+            Reason.SCALE_UP,
         ),
         # ... but a consolidation goes through (a pod stuck pending must not pin the fleet, issue 14251)
         (snap("prefill", [worker(0), worker(1)]), reps(2, desired=3), True, OURS, Reason.SCALE_DOWN),
@@ -182,7 +191,8 @@ def test_decode_down_needs_kv_room() -> None:
         "worker_count_mismatch",
         "stale_worker",
         "reference_in_progress",
-        "ours_in_progress_up",
+        "ours_in_progress_pending_covers",
+        "ours_in_progress_up_when_pending_short",
         "ours_in_progress_down_ok",
     ],
 )

@@ -22,6 +22,9 @@ from planner_proto.decision import Reason
 from planner_proto.traffic import LoadForecast, TrafficSample
 
 EXACT = PolicyConfig(tolerance=0.0)
+REF = PolicyConfig(reference_compat=True)
+"""The reference formulas: interpolated profile throughput, no prefill headroom, no tolerance."""
+NO_SMOOTH = PolicyConfig(correction_smoothing=1.0, correction_max_step=100.0)
 
 
 def capacity() -> CapacityModel:
@@ -64,22 +67,23 @@ def fc(
     [
         # prefill: 1800 req/180 s = 10 req/s * 3000 tok = 30000 tok/s / 28000 tok/s/GPU -> ceil(1.07) = 2
         # decode: 10 req/s * 1000 tok = 10000 tok/s / 4000 (ITL 50 ms at kv 1.0) -> ceil(2.5) = 3
-        (fc(1800), Corrections(), EXACT, (2, 3)),
+        # (all rows: reference_compat, i.e. the profiled throughput interpolated, no prefill headroom)
+        (fc(1800), Corrections(), REF, (2, 3)),
         # prefill correction 0.5: 30000 * 0.5 = 15000 / 28000 -> ceil(0.54) = 1
-        (fc(1800), Corrections(prefill=0.5), EXACT, (1, 3)),
+        (fc(1800), Corrections(prefill=0.5), REF, (1, 3)),
         # prefill correction 2 is capped by min(1, corr): 30000 / 28000 -> 2
-        (fc(1800), Corrections(prefill=2.0), EXACT, (2, 3)),
+        (fc(1800), Corrections(prefill=2.0), REF, (2, 3)),
         # decode correction 2: ITL 50/2 = 25 ms -> kv cell 37/99 -> 4000*0.3737 = 1495 tok/s/GPU;
         # 10000 / 1495 -> ceil(6.69) = 7
-        (fc(1800), Corrections(decode=2.0), EXACT, (2, 7)),
+        (fc(1800), Corrections(decode=2.0), REF, (2, 7)),
         # no-correction flag ignores both factors
-        (fc(1800), Corrections(prefill=0.5, decode=2.0), replace(EXACT, use_correction=False), (2, 3)),
+        (fc(1800), Corrections(prefill=0.5, decode=2.0), replace(REF, use_correction=False), (2, 3)),
         # 2 GPUs per engine: 1.07 / 2 -> 1 prefill; 2.5 / 2 -> ceil(1.25) = 2 decode
-        (fc(1800), Corrections(), replace(EXACT, gpus_per_prefill=2, gpus_per_decode=2), (1, 2)),
+        (fc(1800), Corrections(), replace(REF, gpus_per_prefill=2, gpus_per_decode=2), (1, 2)),
         # tiny load: 18 req -> 300 tok/s / 28000 -> ceil(0.01) = 1, min replicas 1
-        (fc(18), Corrections(), EXACT, (1, 1)),
+        (fc(18), Corrections(), REF, (1, 1)),
         # min replicas 2 raises both
-        (fc(18), Corrections(), replace(EXACT, min_replicas=2), (2, 2)),
+        (fc(18), Corrections(), replace(REF, min_replicas=2), (2, 2)),
     ],
     ids=[
         "base",
@@ -96,6 +100,28 @@ def test_throughput_replicas(
     forecast: LoadForecast, corr: Corrections, cfg: PolicyConfig, expected: tuple[int, int]
 ) -> None:
     res = throughput_policy(forecast, CAP, corr, {"prefill": 1, "decode": 1}, cfg)
+    assert (res.components["prefill"].target, res.components["decode"].target) == expected
+
+
+@pytest.mark.parametrize(
+    ("corr", "cfg", "expected"),
+    [
+        # prefill: 30000 tok/s / 28000 / utilisation 0.6 = 1.786 -> 2
+        # decode: throughput from the ITL grid at context 3500 (cell 62 -> 3505.05 tokens): kv 1.0 has
+        #   ITL 50.00000001 > 50, so cell 98/99 = 0.9899: ITL 10 + 40 * 0.9899 = 49.596 ms, requests
+        #   0.9899 * 100000 / 3505.05 = 28.242 -> 28.242 / 0.049596 = 569.4 tok/s/GPU;
+        #   10000 / 569.4 = 17.56 -> 18 (the reference's interpolated 3960 would give 3)
+        (Corrections(), EXACT, (2, 18)),
+        # decode correction 2: ITL 25 ms -> cell 37/99 = 0.3737: ITL 24.95 ms, requests 10.662
+        #   -> 427.4 tok/s/GPU; 10000 / 427.4 = 23.4 -> 24
+        (Corrections(decode=2.0), EXACT, (2, 24)),
+        # utilisation 1.0: prefill 30000 / 28000 = 1.07 -> 2 still; 0.5: 2.14 -> 3
+        (Corrections(), replace(EXACT, prefill_max_utilisation=0.5), (3, 18)),
+    ],
+    ids=["derived_decode_thpt", "derived_with_decode_corr", "prefill_headroom_half"],
+)
+def test_throughput_replicas_ours(corr: Corrections, cfg: PolicyConfig, expected: tuple[int, int]) -> None:
+    res = throughput_policy(fc(1800), CAP, corr, {"prefill": 1, "decode": 1}, cfg)
     assert (res.components["prefill"].target, res.components["decode"].target) == expected
 
 
@@ -164,18 +190,33 @@ def traffic(**kw: float | None) -> TrafficSample:
     [
         # prefill: observed 214.3 ms / interpolated 3000/28 = 107.1 ms -> 2.0
         # decode: concurrency 1800 req / 2 engines * 20 s / 180 s = 100; kv = 100 * 3500 / 100000 = 3.5
-        #   -> clamped to the grid edge kv 1.0 -> ITL 50 ms; observed 60 / 50 -> 1.2
-        (traffic(), PolicyConfig(), (2.0, 1.2)),
+        #   -> clamped to the grid edge kv 1.0 -> ITL 50 ms; observed 60 / 50 -> 1.2 (no smoothing)
+        (traffic(), NO_SMOOTH, (2.0, 1.2)),
+        # ours by default: EMA 0.5 from (1.5, 0.7): 1.5 + 0.5 * 0.5 = 1.75; 0.7 + 0.5 * 0.5 = 0.95
+        (traffic(), PolicyConfig(), (1.75, 0.95)),
+        # EMA 0.5 towards 10 (clamped 200): 1.5 + 0.5 * 8.5 = 5.75, step limit 1.5 * 1.5 = 2.25
+        (traffic(mean_ttft_ms=21428.571), PolicyConfig(), (2.25, 0.95)),
+        # the step limit alone (no EMA): 0.7 -> 1.2 is capped at 0.7 * 1.5 = 1.05
+        (traffic(), replace(NO_SMOOTH, correction_max_step=1.5), (2.0, 1.05)),
         # NaN / missing observations keep the previous factors
         (traffic(mean_ttft_ms=None, mean_itl_ms=math.nan), PolicyConfig(), (1.5, 0.7)),
         # ours clamps to [0.1, 10]: 214.3 * 100 / 107.1 = 200 -> 10
-        (traffic(mean_ttft_ms=21428.571), PolicyConfig(), (10.0, 1.2)),
+        (traffic(mean_ttft_ms=21428.571), NO_SMOOTH, (10.0, 1.2)),
         # reference keeps the raw value
         (traffic(mean_ttft_ms=21428.571), PolicyConfig(reference_compat=True), (200.0, 1.2)),
         # no-correction flag -> 1, 1
         (traffic(), PolicyConfig(use_correction=False), (1.0, 1.0)),
     ],
-    ids=["observed", "missing_keeps_previous", "clamped", "reference_unclamped", "disabled"],
+    ids=[
+        "observed",
+        "smoothed",
+        "smoothed_step_limited",
+        "step_limited",
+        "missing_keeps_previous",
+        "clamped",
+        "reference_unclamped",
+        "disabled",
+    ],
 )
 def test_corrections(sample: TrafficSample, cfg: PolicyConfig, expected: tuple[float, float]) -> None:
     got = update_corrections(Corrections(prefill=1.5, decode=0.7), sample, CAP, 2, cfg)
@@ -184,7 +225,7 @@ def test_corrections(sample: TrafficSample, cfg: PolicyConfig, expected: tuple[f
 
 def test_corrections_frozen_while_scaling() -> None:
     got = update_corrections(
-        Corrections(prefill=1.5, decode=0.7), traffic(), CAP, 2, PolicyConfig(), frozenset({"decode"})
+        Corrections(prefill=1.5, decode=0.7), traffic(), CAP, 2, NO_SMOOTH, frozenset({"decode"})
     )
     assert (got.prefill, got.decode) == pytest.approx((2.0, 0.7), rel=1e-4)
 

@@ -137,9 +137,11 @@ async def kill_nats(
     await clock.watch_fpm(True)
     try:
         t_kill = time.time()
-        await asyncio.to_thread(stack.nats.kill)
+        # On the event loop's thread, not in a worker thread: the server is started with
+        # PR_SET_PDEATHSIG, which fires when the *thread* that started it ends.
+        stack.nats.kill()
         await asyncio.sleep(down_s)
-        await asyncio.to_thread(stack.nats.start)
+        stack.nats.start()
         t_back = time.time()
         deadline = t_back + timeout_s
 

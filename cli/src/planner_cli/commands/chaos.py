@@ -54,9 +54,20 @@ def run(args: argparse.Namespace) -> int:
         faults=faults,
         nats_down_s=args.nats_down_s,
     )
+
+    async def main() -> dict[str, object]:
+        # Ctrl-C and SIGTERM cancel the run; its cleanup stops every process it started (as in demo).
+        import signal
+
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+        return await run_chaos(cfg, console)
+
     try:
-        report = asyncio.run(run_chaos(cfg, console))
-    except KeyboardInterrupt:
+        report = asyncio.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError):
         console.print("[yellow]interrupted: every process was stopped[/]")
         return 130
     except RuntimeError as exc:

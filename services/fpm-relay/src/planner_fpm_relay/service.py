@@ -196,7 +196,13 @@ class FpmRelayService(Service[FpmRelaySettings]):
             assert self._ctx is not None
             subject = self.subjects.fpm(target.component, target.worker_id)
             self.subs[target.key] = EngineSubscription(
-                self._ctx, target, subject, self._queue, self.settings.zmq_rcvhwm, self.settings.max_batch
+                self._ctx,
+                target,
+                subject,
+                self._queue,
+                self.settings.zmq_rcvhwm,
+                self.settings.max_batch,
+                self.settings.batch_window_s,
             )
             self.log.info("engine_subscribed", engine=target.key, endpoint=target.zmq_endpoint)
         elif target.is_scrape:

@@ -40,6 +40,10 @@ class FpmRelaySettings(BaseSettings, frozen=True, kw_only=True):
     """ZMQ receive high-water mark per engine (0 = unlimited); beyond it the engine's PUB drops."""
     max_batch: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024
     """Messages drained from one socket per wake-up."""
+    batch_window_s: Annotated[float, Meta(ge=0.0, le=0.1)] = 0.0005
+    """Drain each socket at most once per this window under dense traffic (fewer wake-ups, larger
+    batches); a message after a quiet window is relayed at once. Adds at most this much latency;
+    0 relays every arrival at once."""
     queue_batches: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024
     """Batches waiting between the socket readers and the publisher."""
     scrape_interval_s: Seconds = 2.0
