@@ -236,15 +236,24 @@ async def latency(sink: Sink, path: Route, rate: float, seconds: float, tmp: str
     n = int(rate * seconds)
     sink.reset(decode=True)
     out = f"{tmp}/lat.bin"
+    cpu0 = {k: cpu_s(pid) for k, pid in path.pids.items()}
     await path.sender.run(0, n, rate, out)
     await wait_count(sink, n, 30)
+    cpu = {k: (cpu_s(pid) - cpu0[k]) / n * 1e6 for k, pid in path.pids.items()}
     sent = array.array("q")
     sent.frombytes(await asyncio.to_thread(Path(out).read_bytes))
     lat_ms = sorted((sink.recv[i] - t) / 1e6 for i, t in enumerate(sent) if i in sink.recv)
     if len(lat_ms) < 2:
         return {"received": len(lat_ms), "sent": n}
     q = statistics.quantiles(lat_ms, n=100, method="inclusive")
-    return {"p50_ms": q[49], "p99_ms": q[98], "max_ms": lat_ms[-1], "received": len(lat_ms), "sent": n}
+    return {
+        "p50_ms": q[49],
+        "p99_ms": q[98],
+        "max_ms": lat_ms[-1],
+        "received": len(lat_ms),
+        "sent": n,
+        "cpu_us_per_msg": cpu,
+    }
 
 
 async def one_rep(sink: Sink, path: Route, n: int, tmp: str) -> dict[str, Any]:
@@ -255,7 +264,7 @@ async def one_rep(sink: Sink, path: Route, n: int, tmp: str) -> dict[str, Any]:
     }
 
 
-async def bench(n: int, reps: int) -> dict[str, Any]:
+async def bench(n: int, reps: int, relay_flags: list[str]) -> dict[str, Any]:
     import nats
     import zmq  # noqa: F401  (fail early when missing)
 
@@ -267,6 +276,7 @@ async def bench(n: int, reps: int) -> dict[str, Any]:
         "n": n,
         "reps": reps,
         "loadavg_start": os.getloadavg(),
+        "relay_flags": relay_flags,
     }
     sink = Sink()
     with tempfile.TemporaryDirectory() as tmp, NatsServer(log_file=f"{tmp}/nats.log") as server:
@@ -282,7 +292,7 @@ async def bench(n: int, reps: int) -> dict[str, Any]:
         relay = subprocess.Popen(  # noqa: ASYNC220  (started once, before anything is timed)
             [sys.executable, "-m", "planner_fpm_relay", "--nats-url", server.url, "--namespace", "bench",
              "--static-engines", f"agg:bench={endpoint}", "--no-watch-engines", "--zmq-rcvhwm", "0",
-             "--log-level", "warning"],
+             "--log-level", "warning", *relay_flags],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         raw = Route(
@@ -356,6 +366,9 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             s[f"added_{rate}_{q}"] = spread(
                 [b[key].get(q, nan) - a[key].get(q, nan) for a, b in zip(raw, rel, strict=True)]
             )
+        s[f"relay_{rate}_cpu_us_per_msg"] = spread(
+            [r[key].get("cpu_us_per_msg", {}).get("relay", nan) for r in rel]
+        )
         s[f"relay_{rate}_complete"] = all(r[key]["received"] == r[key]["sent"] for r in rel)
     s["targets"] = {
         "throughput ratio >= 0.8 (median)": s["ratio"]["median"] >= 0.8,
@@ -372,8 +385,9 @@ def fmt(sp: dict[str, float], unit: str = "", digits: int = 2, scale: float = 1.
 def report(res: dict[str, Any]) -> None:
     s = res["summary"]
     la0, la1 = res["loadavg_start"], res["loadavg_end"]
+    flags = f", relay flags {' '.join(res['relay_flags'])}" if res["relay_flags"] else ""
     print(f"payload {res['payload_bytes']} B, {res['cpus']} CPUs, {res['reps']} reps of {res['n']:,} msgs;"
-          f" load average {la0[0]:.2f} -> {la1[0]:.2f} (1 min)")  # fmt: skip
+          f" load average {la0[0]:.2f} -> {la1[0]:.2f} (1 min){flags}")  # fmt: skip
     print("median [min .. max] over the repetitions")
     print(f"(a) raw nats-py ceiling        {fmt(s['raw_msgs_per_s'], ' msg/s', 0)}")
     print(f"(b) relay end to end           {fmt(s['relay_msgs_per_s'], ' msg/s', 0)}"
@@ -388,6 +402,7 @@ def report(res: dict[str, Any]) -> None:
         for q in ("p50_ms", "p99_ms"):
             print(f"latency @{rate:>3}/s {q[:3]}  relay {fmt(s[f'relay_{rate}_{q}'], ' ms', 3)}"
                   f" | raw {fmt(s[f'raw_{rate}_{q}'], ' ms', 3)} | added {fmt(s[f'added_{rate}_{q}'], ' ms', 3)}")  # fmt: skip
+        print(f"    relay CPU per msg at {rate}/s {fmt(s[f'relay_{rate}_cpu_us_per_msg'], ' us', 1)}")
         if not s[f"relay_{rate}_complete"]:
             print(f"    relay fell behind at {rate}/s: some messages did not arrive in time")
     if res["nats_slow_consumer_events"] or res["subscriber_errors"]:
@@ -402,6 +417,12 @@ def main() -> None:
     p.add_argument("--n", type=int, default=100_000, help="messages per throughput blast")
     p.add_argument("--reps", type=int, default=5, help="repetitions of (a) and (b), alternating")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--relay-flag",
+        action="append",
+        default=[],
+        help="extra relay flag, e.g. --relay-flag=--batch-window-s=0",
+    )
     p.add_argument("--role", choices=["zmq", "nats"], help=argparse.SUPPRESS)
     p.add_argument("--endpoint", help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
@@ -412,7 +433,7 @@ def main() -> None:
     if a.role == "nats":
         nats_sender(a.url)
         return
-    res = asyncio.run(bench(a.n, a.reps))
+    res = asyncio.run(bench(a.n, a.reps, a.relay_flag))
     if a.json:
         print(json.dumps(res, indent=2))
         return

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 async def test_actuator_and_nats_crash_keep_the_invariants(tmp_path: Path) -> None:
     cfg = ChaosConfig(
-        demo=DemoConfig(out_dir=tmp_path / "chaos", load_s=36.0, cooldown_s=20.0, live=False),
+        demo=DemoConfig(out_dir=tmp_path / "chaos", load_s=30.0, cooldown_s=20.0, live=False),
         faults=(NATS, "actuator-circus"),
         trigger_wait_s=8.0,
         recovery_timeout_s=30.0,

@@ -47,5 +47,5 @@ def decode(data: bytes | bytearray | memoryview, kind: type[T]) -> T:
         return json_decoder(kind).decode(data)
     except msgspec.ValidationError as exc:
         raise DecodeError("invalid", str(exc)) from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # invalid UTF-8 in a string field
         raise DecodeError("malformed", str(exc)) from None

@@ -76,7 +76,7 @@ def decode_fpm(payload: bytes | bytearray | memoryview) -> ForwardPassMetrics:
         fpm = _FPM_DECODER.decode(payload)
     except msgspec.ValidationError as exc:
         raise DecodeError("invalid", str(exc)) from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # invalid UTF-8 in a string field
         raise DecodeError("malformed", str(exc)) from None
     if fpm.version != FPM_VERSION:
         raise DecodeError("version", f"unsupported FPM version {fpm.version} (want {FPM_VERSION})")

@@ -102,6 +102,7 @@ async def test_bad_frames_counted_and_relay_keeps_running(nats_server: NatsServe
             good = engine.send()
             engine.send_raw([b"", (10_000).to_bytes(8, "big")])  # wrong frame count
             engine.send_raw([b"", b"\x00" * 7, good])  # 7-byte sequence
+            engine.send_raw([b"", (10_000).to_bytes(8, "big"), good, b"extra"])  # one frame too many
             engine.send_raw(pack_frames(10_001, encode_fpm(ForwardPassMetrics(version=2, worker_id="w1"))))
             engine.send_raw(pack_frames(10_002, b"\xc1garbage"))
             last = engine.send()
@@ -109,9 +110,9 @@ async def test_bad_frames_counted_and_relay_keeps_running(nats_server: NatsServe
             subject = SUBJECTS.fpm("prefill", "w1")
             for reason in ("framing", "version", "malformed"):
                 assert relay.bus.metrics.bad_messages.labels(subject, reason)._value.get() >= 1, reason
-            assert relay.bus.metrics.bad_messages.labels(subject, "framing")._value.get() == 2
+            assert relay.bus.metrics.bad_messages.labels(subject, "framing")._value.get() == 3
             assert all(d != b"\xc1garbage" for _, d in coll.got)
-            assert not relay._failed and "prefill.w1" in relay.subs
+            assert not relay._failed_engines and "prefill.w1" in relay.subs
     finally:
         await engine.close()
         await bus.close()

@@ -139,3 +139,27 @@ def test_prefill_window_queues(
         burst_step_ok=burst_ok,
     )
     assert (res.target, res.reason) == (target, reason)
+
+
+@pytest.mark.parametrize(
+    ("recent", "cfg", "target", "reason"),
+    [
+        # 2 engines at 10000 KV, 10 requests each: on 1 engine 20000 -> 15 ms < 40 and 20 requests fit
+        ((), OURS, 1, Reason.SCALE_DOWN),
+        # a window peak of 130000 KV tokens on 1 engine: 130000 >= 0.95 * 0.8 * 80000 = 60800 -> hold
+        ((20_000.0, 130_000.0), OURS, 2, Reason.NO_CHANGE),
+        # a peak of 50000 fits: < 60800, and 5 + 25 = 30 ms < 40 -> consolidate
+        ((20_000.0, 50_000.0), OURS, 1, Reason.SCALE_DOWN),
+        # the reference ignores the window
+        ((20_000.0, 130_000.0), REF, 1, Reason.SCALE_DOWN),
+    ],
+    ids=["no_history", "peak_blocks", "peak_fits", "reference_ignores_window"],
+)
+def test_decode_window_peak_kv(
+    recent: tuple[float, ...], cfg: PolicyConfig, target: int, reason: Reason
+) -> None:
+    workers = [dec(0, 10_000, running=10), dec(1, 10_000, running=10)]
+    res = load_policy(
+        "decode", snap("decode", workers), reps(2), 2, EST, cfg, NOW, recent_queued_tokens=recent
+    )
+    assert (res.target, res.reason) == (target, reason)

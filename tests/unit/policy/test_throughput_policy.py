@@ -21,7 +21,7 @@ from planner_core.profile import DecodeProfile, PrefillProfile
 from planner_proto.decision import Reason
 from planner_proto.traffic import LoadForecast, TrafficSample
 
-EXACT = PolicyConfig(tolerance=0.0)
+EXACT = PolicyConfig(tolerance=0.0, decode_max_utilisation=1.0)
 REF = PolicyConfig(reference_compat=True)
 """The reference formulas: interpolated profile throughput, no prefill headroom, no tolerance."""
 NO_SMOOTH = PolicyConfig(correction_smoothing=1.0, correction_max_step=100.0)
@@ -117,8 +117,10 @@ def test_throughput_replicas(
         (Corrections(decode=2.0), EXACT, (2, 24)),
         # utilisation 1.0: prefill 30000 / 28000 = 1.07 -> 2 still; 0.5: 2.14 -> 3
         (Corrections(), replace(EXACT, prefill_max_utilisation=0.5), (3, 18)),
+        # decode utilisation 0.8: 17.56 / 0.8 = 21.95 -> 22
+        (Corrections(), replace(EXACT, decode_max_utilisation=0.8), (2, 22)),
     ],
-    ids=["derived_decode_thpt", "derived_with_decode_corr", "prefill_headroom_half"],
+    ids=["derived_decode_thpt", "derived_with_decode_corr", "prefill_headroom_half", "decode_headroom"],
 )
 def test_throughput_replicas_ours(corr: Corrections, cfg: PolicyConfig, expected: tuple[int, int]) -> None:
     res = throughput_policy(fc(1800), CAP, corr, {"prefill": 1, "decode": 1}, cfg)

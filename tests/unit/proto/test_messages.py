@@ -95,6 +95,7 @@ def test_old_fpm_without_queued_block_decodes() -> None:
             "invalid",
         ),
         (msgspec.msgpack.encode({"version": 1, "worker_id": 5}), "invalid"),
+        (b"\x81\xa9worker_id\xa2\xff\xfe", "malformed"),  # worker_id is not valid UTF-8
     ],
     ids=[
         "garbage",
@@ -106,6 +107,7 @@ def test_old_fpm_without_queued_block_decodes() -> None:
         "inf-wall",
         "negative-count",
         "wrong-type",
+        "bad-utf8",
     ],
 )
 def test_fpm_decode_errors_are_typed(payload: bytes, reason: str) -> None:
@@ -125,8 +127,9 @@ def test_fpm_decode_errors_are_typed(payload: bytes, reason: str) -> None:
             b'{"decision_id": 3, "issued_at_s": 1, "namespace": "n", "targets": {}, "reasons": {"d": "nope"}}',
             "invalid",
         ),
+        (b'{"decision_id": 3, "issued_at_s": 1, "namespace": "\xff\xfe", "targets": {}}', "malformed"),
     ],
-    ids=["not-json", "id-zero", "negative-target", "missing-field", "unknown-reason"],
+    ids=["not-json", "id-zero", "negative-target", "missing-field", "unknown-reason", "bad-utf8"],
 )
 def test_json_decode_errors_are_typed(payload: bytes, reason: str) -> None:
     with pytest.raises(DecodeError) as info:

@@ -50,7 +50,7 @@ class FpmRelayService(Service[FpmRelaySettings]):
         self.membership: Membership | None = None
         self.engines: KvMirror | None = None
         self._decoded: dict[str, tuple[int, EngineTarget | None]] = {}
-        self._failed: set[str] = set()
+        self._failed_engines: set[str] = set()
         self._dirty = asyncio.Event()
         self._lock = asyncio.Lock()
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
@@ -163,7 +163,9 @@ class FpmRelayService(Service[FpmRelaySettings]):
             desired = {k: targets[k] for k in mine}
             active = self._active()
             now = asyncio.get_running_loop().time()
-            broken = {k for k in active if k in self._failed or (ms is not None and not ms.lease_ok(k, now))}
+            broken = {
+                k for k in active if k in self._failed_engines or (ms is not None and not ms.lease_ok(k, now))
+            }
             p = plan(desired, {k: t for k, t in active.items() if k not in broken})
             for key in (*p.close, *broken):
                 await self._stop(key)
@@ -178,7 +180,7 @@ class FpmRelayService(Service[FpmRelaySettings]):
                 to_open = [k for k, ok in zip(to_open, won, strict=True) if ok]
             for key in to_open:
                 self._start(desired[key])
-            self._failed.clear()
+            self._failed_engines.clear()
             self._update_gauges()
 
     async def _claim(self, key: str) -> bool:
@@ -232,7 +234,7 @@ class FpmRelayService(Service[FpmRelaySettings]):
     def _on_socket_error(self, sub: EngineSubscription, exc: BaseException) -> None:
         self.metrics.socket_errors.labels(sub.target.component, sub.target.worker_id).inc()
         self.log.warning("engine_socket_error", engine=sub.target.key, error=repr(exc))
-        self._failed.add(sub.target.key)
+        self._failed_engines.add(sub.target.key)
         self._dirty.set()
 
     async def _heartbeat(self) -> None:

@@ -54,8 +54,9 @@ class FpmCheck(msgspec.Struct, gc=False):
 
 
 fast_check = msgspec.msgpack.Decoder(FpmCheck).decode
-"""Raises ``msgspec.MsgspecError`` for every payload :func:`decode_fpm` rejects (and only those)."""
-FastCheckError = msgspec.MsgspecError
+"""Raises one of :data:`FastCheckError` for every payload :func:`decode_fpm` rejects (and only those)."""
+FastCheckError = (msgspec.MsgspecError, UnicodeDecodeError)
+"""msgspec lets ``UnicodeDecodeError`` (a string that is not UTF-8) through instead of a DecodeError."""
 
 
 def slow_reason(payload: bytes) -> str | None:
@@ -64,6 +65,8 @@ def slow_reason(payload: bytes) -> str | None:
         decode_fpm(payload)
     except DecodeError as exc:
         return exc.reason
+    except UnicodeDecodeError:  # decode_fpm lets it through; it would otherwise stop the publisher
+        return "malformed"
     return None
 
 

@@ -115,7 +115,7 @@ class EngineSubscription:
         try:
             while True:
                 if not dense:
-                    if not self._sock.get(zmq.EVENTS) & zmq.POLLIN:
+                    if not int(self._sock.get(zmq.EVENTS)) & zmq.POLLIN:
                         await self._readable()
                     wait = last + window - clock()
                     if wait > 0:  # woke within a window of the last drain: collect the rest of it

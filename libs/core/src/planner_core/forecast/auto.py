@@ -1,5 +1,9 @@
 """Online model selection: every candidate forecasts every step; the one with the lowest mean
-absolute one-step-ahead error over the last ``window`` steps is used for the next forecast."""
+symmetric percentage one-step-ahead error over the last ``window`` steps is used for the next forecast.
+
+Relative, not absolute, error: the planner sizes the fleet in proportion to the forecast, and the
+series it forecasts (request counts) swing over orders of magnitude, so an absolute score is decided
+by the few busiest intervals and picks models that do badly at ordinary load."""
 
 from __future__ import annotations
 
@@ -7,6 +11,14 @@ from collections import deque
 from collections.abc import Sequence
 
 from planner_core.forecast.base import OnlineModel
+
+
+def symmetric_pct_error(predicted: float, actual: float) -> float:
+    """|p - a| / ((|p| + |a|) / 2), in [0, 2]; 0 when both are 0 (a perfect forecast of nothing)."""
+    denom = (abs(predicted) + abs(actual)) / 2.0
+    if denom <= 0.0:
+        return 0.0
+    return abs(predicted - actual) / denom
 
 
 class AutoModel:
@@ -25,7 +37,7 @@ class AutoModel:
         for model, errors in zip(self.candidates, self._errors, strict=True):
             pred = model.predict()
             if pred is not None:
-                errors.append(abs(pred - value))
+                errors.append(symmetric_pct_error(pred, value))
             model.update(value)
         scores = self.scores()
         if scores:
@@ -33,7 +45,7 @@ class AutoModel:
             self._chosen = min(scores, key=lambda i: (scores[i], i))
 
     def scores(self) -> dict[int, float]:
-        """Mean recent absolute error of each candidate that has been scored ``min_scored`` times."""
+        """Mean recent symmetric percentage error of each candidate scored ``min_scored`` times."""
         return {i: sum(e) / len(e) for i, e in enumerate(self._errors) if len(e) >= self.min_scored}
 
     def recent_errors(self) -> dict[str, float]:

@@ -69,6 +69,9 @@ class PolicyConfig:
     """Ours: size prefill so the forecast load uses at most this share of the profiled throughput.
     TTFT is set by queueing behind bursts: on the Azure traces a fleet that meets the TTFT target runs
     its prefill engines at 30-60 % on average (ignored in reference_compat)."""
+    decode_max_utilisation: float = 0.65
+    """Ours: likewise for decode. A decode engine past its capacity makes every request wait for
+    admission, so the floor keeps a margin over the profile's best throughput at the ITL target."""
     use_forecast_upper: bool = False
     """Size for ``LoadForecast.num_requests_upper`` when the predictor gives one."""
 
@@ -185,6 +188,8 @@ def validate_config(cfg: PolicyConfig) -> PolicyConfig:
         raise ValueError(f"sensitivity: must be in (0, 1], got {cfg.sensitivity}")
     if not 0.0 < cfg.prefill_max_utilisation <= 1.0:
         raise ValueError(f"prefill_max_utilisation: must be in (0, 1], got {cfg.prefill_max_utilisation}")
+    if not 0.0 < cfg.decode_max_utilisation <= 1.0:
+        raise ValueError(f"decode_max_utilisation: must be in (0, 1], got {cfg.decode_max_utilisation}")
     if not 0.0 < cfg.correction_smoothing <= 1.0:
         raise ValueError(f"correction_smoothing: must be in (0, 1], got {cfg.correction_smoothing}")
     if cfg.correction_max_step < 1.0:

@@ -76,8 +76,11 @@ def _observe_queues(inputs: DecisionInputs, st: PolicyState, cfg: PolicyConfig, 
         if c == PREFILL:
             total = float(sum(w.queued_prefill_tokens for w in workers))
             samples.append(QueueSample(at_s=now_s, component=c, queued_tokens=total))
-        if c == DECODE and any(admission_blocked(w, snap) for w in workers):
-            blocked_s = now_s
+        if c == DECODE:
+            kv = float(sum(w.scheduled_decode_kv_tokens + w.queued_decode_kv_tokens for w in workers))
+            samples.append(QueueSample(at_s=now_s, component=c, queued_tokens=kv))
+            if any(admission_blocked(w, snap) for w in workers):
+                blocked_s = now_s
     return dataclasses.replace(st, queue_samples=tuple(samples), last_decode_blocked_s=blocked_s)
 
 

@@ -194,6 +194,7 @@ def _itl_signal(
     cfg: PolicyConfig,
     max_up: int,
     max_down: int,
+    recent_kv_tokens: Sequence[float] = (),
 ) -> _Signal:
     est = _itl_est(snap, estimator, cfg)
     target = cfg.itl_target_ms
@@ -202,10 +203,18 @@ def _itl_signal(
     down = 0
     n = len(workers)
     max_kv = snap.capabilities.max_kv_tokens if snap.capabilities is not None else 0
+    peak_kv = max(recent_kv_tokens, default=0.0)
     if up == 0 and n > 1:
         for k in range(min(max_down, n - 1), 0, -1):
             scale = n / (n - k)
             ok = True
+            if peak_kv > 0:
+                # ours: the window's peak KV demand must fit N-k engines as well, with the headroom
+                per_engine = peak_kv / (n - k)
+                e_peak = estimator.itl_ms(snap, per_engine) if estimator is not None else None
+                ok = (max_kv <= 0 or per_engine < KV_HEADROOM * cfg.sensitivity * max_kv) and (
+                    e_peak is None or e_peak < target * cfg.sensitivity
+                )
             for w in workers:
                 kv = (w.scheduled_decode_kv_tokens + w.queued_decode_kv_tokens) * scale
                 e = est(w, scale)
@@ -238,8 +247,9 @@ def load_policy(
 ) -> ComponentResult:
     """Recommendation for one component; ``current`` is the present desired count.
 
-    ``recent_queued_tokens``: the component's queued prefill tokens (summed over engines) at each tick
-    of the recent window (ours; ignored in reference_compat); ``burst_step_ok``: no scale-up of this
+    ``recent_queued_tokens``: the component's queued prefill tokens (prefill) or scheduled + queued
+    decode KV tokens (decode), summed over engines, at each tick of the recent window (ours; ignored
+    in reference_compat); ``burst_step_ok``: no scale-up of this
     component within that window, so one burst-driven step is allowed."""
     compat = cfg.reference_compat
     if compat and in_progress:
@@ -281,7 +291,10 @@ def load_policy(
             )
         )
     if component in (DECODE, AGG):
-        signals.append(_itl_signal(workers, warm, n_eff, snapshot, estimator, cfg, max_up, max_down))
+        recent_kv = () if compat or component != DECODE else recent_queued_tokens
+        signals.append(
+            _itl_signal(workers, warm, n_eff, snapshot, estimator, cfg, max_up, max_down, recent_kv)
+        )
     for s in signals:
         diag.update(s.diagnostics)
 

@@ -177,7 +177,8 @@ def throughput_policy(
     d_thpt = capacity.decode.best_thpt_per_gpu(itl_target, context, from_itl=not cfg.reference_compat)
     d_load = n * osl / interval
     if finite_pos(d_thpt):
-        d_need = d_load / d_thpt / cfg.gpus_per_decode
+        d_headroom = 1.0 if cfg.reference_compat else cfg.decode_max_utilisation
+        d_need = d_load / d_thpt / cfg.gpus_per_decode / d_headroom
         diag = {
             "load_tok_per_s": d_load,
             "thpt_per_gpu": d_thpt,

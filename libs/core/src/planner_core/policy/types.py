@@ -97,7 +97,8 @@ class QueueSample:
     at_s: float
     component: str
     queued_tokens: float
-    """Queued prefill tokens summed over the component's engines."""
+    """Summed over the component's engines: queued prefill tokens (prefill), scheduled + queued
+    decode KV tokens (decode)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,7 +119,8 @@ class PolicyState:
     last_decode_up_s: float | None = None
     zero_since_s: float | None = None
     queue_samples: tuple[QueueSample, ...] = ()
-    """Ours: recent prefill queues (one per load tick), for burst-aware scale-up and consolidation."""
+    """Ours: recent prefill queues and decode KV demand (one per load tick), for burst-aware scale-up
+    and consolidation."""
     last_up_s: Mapping[str, float] = field(default_factory=dict)
     """Ours: when each component's desired count last went up (one burst step per queue window)."""
     last_decode_blocked_s: float | None = None
