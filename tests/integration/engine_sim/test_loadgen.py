@@ -206,3 +206,38 @@ async def test_loadgen_routes_prefill_then_decode(nats_server: NatsServer, start
     assert lg.results and all(r.ok and r.tokens == 20 for r in lg.results)
     assert all(r.workers[0] == "p1" and r.workers[-1] in {"d1", "d2"} for r in lg.results)
     assert {r.workers[-1] for r in lg.results} == {"d1", "d2"}, "least-outstanding spreads the decode work"
+
+
+async def test_request_that_never_got_a_token_is_retried(
+    nats_server: NatsServer, start_engine: StartEngine
+) -> None:
+    """A black hole that takes requests and never answers (as a request published during a NATS outage
+    would be lost): nothing was ever streamed, so loadgen re-sends it and it completes elsewhere."""
+    bus = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
+    kv = await bus.kv(ENGINES_BUCKET, ttl_s=15.0)
+    info = EngineInfo(
+        namespace=NS, component="agg", worker_id="hole", request_subject=SUBJECTS.generate("hole")
+    )  # type: ignore[arg-type]
+    await kv_put(kv, SUBJECTS.engine_key("agg", "hole"), info)
+    swallowed: list[bytes] = []
+
+    async def swallow(msg: object) -> None:
+        swallowed.append(msg.data)  # type: ignore[attr-defined]
+
+    await bus.nc.subscribe(SUBJECTS.generate("hole"), cb=swallow)
+    await start_engine("healthy")
+    lg = await run_loadgen(
+        nats_server.url,
+        shape="constant",
+        rate_per_s=20.0,
+        duration_s=1.0,
+        isl_tokens=256,
+        osl_tokens=8,
+        min_engines=2,
+        stall_timeout_s=0.8,
+    )
+    assert swallowed, "the black hole should have received some requests"
+    assert all(r.ok for r in lg.results), [r.error for r in lg.results if not r.ok]
+    assert len(lg.results) == len(lg.workload.requests if lg.workload else [])
+    await kv.delete(SUBJECTS.engine_key("agg", "hole"))
+    await bus.close()

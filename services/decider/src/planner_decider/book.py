@@ -14,8 +14,8 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from planner_core.policy import DecisionResult
-from planner_proto import AckStatus, Reason, ScalingAck
+from planner_core.policy import DecisionResult, PolicyState
+from planner_proto import AckStatus, Reason, ReplicaStatus, ScalingAck
 
 _MOVES = {1: Reason.SCALE_UP, -1: Reason.SCALE_DOWN, 0: Reason.NO_CHANGE}
 
@@ -99,7 +99,12 @@ def plan_issue(book: IssueBook, result: DecisionResult) -> Plan:
             continue
         targets[c] = want
         reasons[c] = reason
-        if want != last:
+        actual = result.previous[c]
+        # Re-sync: with nothing in flight, the actuators' desired count should equal what we last
+        # issued. If it does not (a restarted actuator lost workers, a store was wiped) and the policy
+        # wants something else than what they have, publish again rather than wait forever.
+        resync = c not in book.waiting and actual != last and want != actual
+        if want != last or resync:
             changed.add(c)
             if c in book.timed_out:
                 policy_reasons[c] = reason
@@ -112,6 +117,22 @@ def plan_issue(book: IssueBook, result: DecisionResult) -> Plan:
         held=frozenset(held),
         policy_reasons=policy_reasons,
     )
+
+
+def adopt_external_change(
+    book: IssueBook, state: PolicyState, status: ReplicaStatus | None
+) -> tuple[IssueBook, PolicyState]:
+    """Someone else (an operator, kubectl, circusctl) changed the replica counts and the actuator
+    adopted them: take them as our own baseline instead of fighting them (reference issue 4420).
+    Components with a decision in flight keep waiting for its ack."""
+    if status is None or not status.external_change:
+        return book, state
+    seen = {c: cr.desired for c, cr in status.components.items() if c not in book.waiting}
+    if all(book.last_issued.get(c) == n and state.desired.get(c) == n for c, n in seen.items()):
+        return book, state
+    book = dataclasses.replace(book, last_issued={**book.last_issued, **seen})
+    state = dataclasses.replace(state, desired={**state.desired, **seen})
+    return book, state
 
 
 def record(book: IssueBook, plan: Plan, decision_id: int, now_s: float, wait: bool) -> IssueBook:

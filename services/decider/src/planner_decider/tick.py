@@ -13,7 +13,7 @@ from planner_core.policy import (
     PolicyState,
     decide,
 )
-from planner_decider.book import IssueBook, Plan, expire, plan_issue
+from planner_decider.book import IssueBook, Plan, adopt_external_change, expire, plan_issue
 from planner_decider.inputs import LatestInputs, decision_inputs
 
 
@@ -49,6 +49,7 @@ def tick(
     now_s: float,
 ) -> tuple[IssueBook, PolicyState, TickOutcome]:
     book, timed_out = expire(book, now_s, opts.ack_timeout_s)
+    book, state = adopt_external_change(book, state, latest.fresh_replicas(now_s, opts.replicas_max_age_s))
     inputs = decision_inputs(
         latest,
         now_s,

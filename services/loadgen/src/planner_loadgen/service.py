@@ -345,6 +345,15 @@ class LoadgenService(Service[LoadgenSettings]):
                     self.parked.append(f)
         for f in [f for f in self.flights.values() if f.parked_since_s is None]:
             if now - f.last_activity_s > timeout:
+                if f.first_token_s is None and f.attempts <= self.settings.max_retries:
+                    # Nothing ever came back (e.g. published while NATS was down): the engine never
+                    # saw it, so sending it again loses nothing. Once tokens flowed, a stall is a failure.
+                    self._release(f)
+                    f.last_activity_s = now
+                    self.metrics.retries.inc()
+                    self.log.info("retry_stalled", request_id=f.request_id, attempts=f.attempts)
+                    await self._dispatch(f)  # parks it when no engine can take it now
+                    continue
                 self._finish(f, ok=False, error="stalled")
 
     def _check_done(self) -> None:
