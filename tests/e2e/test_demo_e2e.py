@@ -15,7 +15,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 async def test_scale_up_then_down_with_acks_and_no_lost_request(tmp_path: Path) -> None:
-    cfg = DemoConfig(out_dir=tmp_path / "demo", load_s=75.0, cooldown_s=90.0, peak_rate_per_s=16.0, live=False)
+    cfg = DemoConfig(
+        out_dir=tmp_path / "demo", load_s=75.0, cooldown_s=90.0, peak_rate_per_s=16.0, live=False
+    )
     figures = await run_demo(cfg, Console(file=io.StringIO(), width=120))
 
     # Load steps up: both pools grow beyond one worker, and those decisions complete.

@@ -43,6 +43,8 @@ def settings(url: str, profile_dir: Path, **overrides: Any) -> DeciderSettings:
         "throughput_interval_s": 0.2,
         "ack_poll_s": 0.2,
         "tolerance": 0.0,
+        "prefill_max_utilisation": 1.0,  # need = n / 100 exactly (see the unit helpers), no headroom
+        "decode_max_utilisation": 1.0,
         "startup_s": 0.0,
         "down_window_s": 0.0,
         "max_gpu_budget": -1,

@@ -1,4 +1,5 @@
-"""The decider re-syncs with the actuators' view, and adopts counts someone else set."""
+"""The decider adopts replica counts someone else set (reference issue 4420) instead of fighting them;
+this is also how it recovers when an actuator lost its workers (it reports them as an external change)."""
 
 from __future__ import annotations
 
@@ -20,14 +21,6 @@ def _result(
         policy="combined",
         evaluated=True,
     )
-
-
-def test_resync_when_the_actuator_lost_what_we_issued() -> None:
-    # We issued decode=1 earlier; the actuator now reports desired 0 (it lost its workers) and nothing is
-    # in flight. The policy still wants 1: publish it again instead of waiting forever.
-    book = IssueBook(last_issued={"decode": 1}, last_decision_id=4)
-    plan = plan_issue(book, _result({"decode": 1}, previous={"decode": 0}))
-    assert plan.changed == frozenset({"decode"}) and plan.targets == {"decode": 1}
 
 
 def test_no_resync_while_waiting_for_an_ack() -> None:
@@ -68,3 +61,11 @@ def test_status_without_external_change_changes_nothing() -> None:
     book = IssueBook(last_issued={"decode": 2})
     state = PolicyState(desired={"decode": 2})
     assert adopt_external_change(book, state, _status(5, external=False)) == (book, state)
+
+
+def test_lost_workers_are_adopted_then_brought_back_to_the_minimum() -> None:
+    # The actuator lost its workers and reports desired 0 as an external change; we last issued 1.
+    # Adopt 0 as the baseline: the policy's min-capped 1 is then a real change and goes out again.
+    book, state = adopt_external_change(IssueBook(last_issued={"decode": 1}), PolicyState(), _status(0, True))
+    plan = plan_issue(book, _result({"decode": 1}, previous={"decode": 0}))
+    assert plan.changed == frozenset({"decode"}) and plan.targets == {"decode": 1}

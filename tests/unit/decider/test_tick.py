@@ -164,7 +164,9 @@ def test_gated_rebalance_is_reissued_until_it_matches_desired() -> None:
         interval_s=10.0,
         num_requests=250.0,
         mean_isl_tokens=560.0,  # prefill need 250*560/10/28000 = 0.5 -> 1
-        mean_osl_tokens=400.0,  # decode need 2.5 -> 3
+        # decode: 25 req/s x 1100 tok = 27500 tok/s; context 560 + 550 = 1110, best cell kv 1.0 ->
+        # 480000 / 1110 = 432 requests at 40 ms = 10811 tok/s per GPU -> need 2.54 -> 3
+        mean_osl_tokens=1100.0,
     )
     run.latest = run.latest.with_replicas(status(3, 1), 0.0).with_forecast(fc, 0.0)
     out = run.step(0.0)

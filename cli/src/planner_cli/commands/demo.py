@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         policy=args.policy,
         live=not args.no_live,
     )
+
     async def main() -> dict[str, object]:
         # Ctrl-C and SIGTERM cancel the run; its cleanup then stops every process it started (also
         # when the shell that launched us left SIGINT ignored, as background jobs have it).

@@ -99,12 +99,7 @@ def plan_issue(book: IssueBook, result: DecisionResult) -> Plan:
             continue
         targets[c] = want
         reasons[c] = reason
-        actual = result.previous[c]
-        # Re-sync: with nothing in flight, the actuators' desired count should equal what we last
-        # issued. If it does not (a restarted actuator lost workers, a store was wiped) and the policy
-        # wants something else than what they have, publish again rather than wait forever.
-        resync = c not in book.waiting and actual != last and want != actual
-        if want != last or resync:
+        if want != last:
             changed.add(c)
             if c in book.timed_out:
                 policy_reasons[c] = reason

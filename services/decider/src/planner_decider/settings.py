@@ -44,6 +44,10 @@ class DeciderSettings(LeaseSettings, frozen=True, kw_only=True):
     correction_max: float = _D.correction_max
     correction_smoothing: float = _D.correction_smoothing
     correction_max_step: float = _D.correction_max_step
+    queue_window_s: float = _D.queue_window_s
+    queue_overload_samples: int = _D.queue_overload_samples
+    prefill_max_utilisation: float = _D.prefill_max_utilisation
+    decode_max_utilisation: float = _D.decode_max_utilisation
     use_forecast_upper: bool = _D.use_forecast_upper
     sensitivity: float = _D.sensitivity
     max_step_up: int = _D.max_step_up
