@@ -66,6 +66,8 @@ def test_status_without_external_change_changes_nothing() -> None:
 def test_lost_workers_are_adopted_then_brought_back_to_the_minimum() -> None:
     # The actuator lost its workers and reports desired 0 as an external change; we last issued 1.
     # Adopt 0 as the baseline: the policy's min-capped 1 is then a real change and goes out again.
-    book, state = adopt_external_change(IssueBook(last_issued={"decode": 1}), PolicyState(), _status(0, True))
+    book, _state = adopt_external_change(
+        IssueBook(last_issued={"decode": 1}), PolicyState(), _status(0, True)
+    )
     plan = plan_issue(book, _result({"decode": 1}, previous={"decode": 0}))
     assert plan.changed == frozenset({"decode"}) and plan.targets == {"decode": 1}
