@@ -32,6 +32,18 @@ class RelayMetrics:
             labels,
             registry=registry,
         )
+        self.publish_drops = Counter(
+            "planner_fpm_publish_dropped",
+            "Messages NATS did not take (outgoing buffer full while reconnecting, connection closed,"
+            " over the payload limit), by error",
+            ["reason"],
+            registry=registry,
+        )
+        self.publish_errors = Counter(
+            "planner_fpm_publish_errors",
+            "Batches the publisher failed on unexpectedly (logged; the publisher goes on)",
+            registry=registry,
+        )
         self.last_seen = Gauge(
             "planner_fpm_last_seen_timestamp_seconds",
             "Wall time of the last message from an engine",

@@ -10,16 +10,28 @@ the wire are the ones ``publish`` writes, payloads untouched.
 
 This leans on three nats-py internals (``_send_command``, ``_flush_pending``, ``_flush_queue``), checked
 once at start; without them, while (re)connecting or draining, or for a payload over the server's
-limit, the batch goes through ``Client.publish`` message by message, with its usual errors.
+limit, the batch goes through ``Client.publish`` message by message. A message ``publish`` refuses
+(outgoing buffer full during a long reconnect, connection closed or draining, payload too large) is
+dropped and reported to ``on_drop`` instead of raising: the relay goes on and publishes again once
+NATS is back.
 ``tests/integration/fpm_relay`` checks that the fast path is the one in use with the pinned nats-py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import nats.errors
 from nats.aio.client import Client
 
 _INTERNALS = ("_send_command", "_flush_pending", "_flush_queue", "_max_payload", "stats")
 _CRLF = b"\r\n"
+_GIVE_UP = (
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionDrainingError,
+)
+"""Errors after which the rest of the batch would fail the same way."""
 
 
 def pub_header(subject: str) -> bytes | None:
@@ -30,13 +42,18 @@ def pub_header(subject: str) -> bytes | None:
 
 
 class NatsOut:
-    def __init__(self, nc: Client) -> None:
+    def __init__(self, nc: Client, on_drop: Callable[[str, int], None] | None = None) -> None:
         self.nc = nc
         self.fast = all(hasattr(nc, name) for name in _INTERNALS)
+        self.on_drop = on_drop
+        """Called with (error name, messages) for messages NATS refused."""
 
-    async def publish(self, subject: str, header: bytes | None, payloads: list[bytes], nbytes: int) -> None:
+    async def publish(
+        self, subject: str, header: bytes | None, payloads: list[bytes], nbytes: int
+    ) -> tuple[int, int]:
         """Publish ``payloads`` (``nbytes`` in all) to ``subject`` in order; ``header`` from
-        :func:`pub_header`."""
+        :func:`pub_header`. Returns the messages and bytes dropped (refused by NATS, see
+        ``on_drop``): ``(0, 0)`` when all went out."""
         nc = self.nc
         if (
             header is None
@@ -45,10 +62,7 @@ class NatsOut:
             or nc.is_draining
             or max(map(len, payloads)) > nc._max_payload
         ):
-            publish = nc.publish
-            for payload in payloads:
-                await publish(subject, payload)
-            return
+            return await self._slow(subject, payloads)
         parts: list[bytes] = []
         append = parts.append
         for payload in payloads:
@@ -61,3 +75,24 @@ class NatsOut:
         await nc._send_command(b"".join(parts))
         if nc._flush_queue is not None and nc._flush_queue.empty():
             await nc._flush_pending()
+        return 0, 0
+
+    async def _slow(self, subject: str, payloads: list[bytes]) -> tuple[int, int]:
+        publish = self.nc.publish
+        dropped = dropped_bytes = 0
+        for i, payload in enumerate(payloads):
+            try:
+                await publish(subject, payload)
+            except _GIVE_UP as exc:
+                rest = payloads[i:]
+                self._dropped(exc, len(rest))
+                return dropped + len(rest), dropped_bytes + sum(map(len, rest))
+            except nats.errors.Error as exc:  # this message only (e.g. MaxPayloadError)
+                self._dropped(exc, 1)
+                dropped += 1
+                dropped_bytes += len(payload)
+        return dropped, dropped_bytes
+
+    def _dropped(self, exc: BaseException, n: int) -> None:
+        if self.on_drop is not None:
+            self.on_drop(type(exc).__name__, n)

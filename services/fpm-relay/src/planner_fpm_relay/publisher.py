@@ -6,6 +6,11 @@ Validation is :mod:`validate`'s one-call msgspec check (``decode_fpm`` only for 
 to name the reason). The valid payloads of a batch go to NATS as one buffer append
 (:mod:`natsout`); nats-py's flusher task writes everything pending at once, and nothing waits for a
 flush. Batches already waiting on the queue are taken in the same wake-up.
+
+Nothing a batch can raise stops the publisher: messages NATS refuses (buffer full during a long
+reconnect...) are counted in ``planner_fpm_publish_dropped`` and dropped, anything unexpected is
+logged and counted, and the next batch goes on. It stops on cancellation or :meth:`Publisher.stop`
+(checked after every batch: nats-py's ``_flush_pending`` swallows a cancellation).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 from nats.aio.client import Client
 
@@ -21,6 +27,9 @@ from planner_fpm_relay.natsout import NatsOut
 from planner_fpm_relay.sequence import advance
 from planner_fpm_relay.validate import FastCheckError, fast_check, slow_reason
 from planner_fpm_relay.zmqsub import Batch, EngineSubscription, Frames
+from planner_runtime.logs import get_logger
+
+log = get_logger("planner.fpm-relay.publisher")
 
 LeaseCheck = Callable[[str, float], bool]
 
@@ -37,24 +46,47 @@ class Publisher:
         lease_ok: LeaseCheck | None = None,
     ) -> None:
         self.nc = nc
-        self.out = NatsOut(nc)
+        self.out = NatsOut(nc, self._on_drop)
         self.queue = queue
         self.metrics = metrics
         self.validate = validate
         self.count_bad = count_bad
         self.on_socket_error = on_socket_error
         self.lease_ok = lease_ok
+        self._stopped = False
+        self._drops: dict[str, Any] = {}  # reason -> bound counter
+        self._errors_logged = 0
+
+    def stop(self) -> None:
+        """Return from :meth:`run` after the batch in hand (also when a cancellation got lost)."""
+        self._stopped = True
+
+    def _on_drop(self, reason: str, n: int) -> None:
+        counter = self._drops.get(reason)
+        if counter is None:
+            counter = self._drops[reason] = self.metrics.publish_drops.labels(reason)
+        counter.inc(n)
 
     async def run(self) -> None:
         clock = asyncio.get_running_loop().time
         queue = self.queue
-        while True:
+        task = asyncio.current_task()
+        while not self._stopped:
             batch = await queue.get()
             while True:
                 try:
                     await self._handle(batch, clock())
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    self.metrics.publish_errors.inc()
+                    if self._errors_logged < 10:
+                        self._errors_logged += 1
+                        log.exception("publish_batch_failed", engine=batch.sub.target.key)
                 finally:
                     queue.task_done()
+                if self._stopped or (task is not None and task.cancelling()):
+                    return
                 if queue.empty():
                     break
                 batch = queue.get_nowait()
@@ -104,8 +136,12 @@ class Publisher:
             nbytes += len(payload)
         sub.last_seq = last
         m = self.metrics
-        if good:
-            await self.out.publish(subject, sub.pub_header, good, nbytes)
+        sent = len(good)
+        if sent:
+            not_sent, not_sent_bytes = await self.out.publish(subject, sub.pub_header, good, nbytes)
+            sent -= not_sent  # the refused ones are counted by reason in publish_drops
+            nbytes -= not_sent_bytes
+        if sent:
             bound = sub.bound_metrics
             if bound is None:  # label lookups once per engine, not per batch
                 bound = sub.bound_metrics = (
@@ -113,7 +149,7 @@ class Publisher:
                     m.relayed_bytes.labels(*sub.labels),
                     m.last_seen.labels(*sub.labels),
                 )
-            bound[0].inc(len(good))
+            bound[0].inc(sent)
             bound[1].inc(nbytes)
             bound[2].set(time.time())
         if dropped:

@@ -4,16 +4,24 @@ ZMQ to NATS unchanged, scrapes engines without FPM, and shares the engines with 
 Tasks: one reader per ZMQ socket (:mod:`zmqsub`) feeding one publisher (:mod:`publisher`) through a
 queue, in batches; a watch of ``planner_engines`` and of the relay membership (:mod:`kvmirror`); a reconcile
 loop that turns "engines known" and "members alive" into sockets opened and closed (:mod:`sharding`
-decides, :mod:`membership` holds the claims); a heartbeat; a scrape tick.
+decides, :mod:`membership` holds the claims); the membership key refresh (loop ``membership``); the
+claim renewal rounds (loop ``heartbeat``, rounds back to back on a ``relay_heartbeat_s`` cadence:
+its tick time is the time one round of renewals takes); a scrape tick.
+
+Stopping: ``drain`` stops the KV watches and the publisher by flag as well as by cancellation (see
+:mod:`kvmirror`: on Python 3.11 a cancellation can be lost inside nats-py), bounds every wait on
+NATS, and hands the claims over with concurrent deletes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import socket
 import time
+from typing import Any
 
 import zmq
 
@@ -56,6 +64,9 @@ class FpmRelayService(Service[FpmRelaySettings]):
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self._queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=settings.queue_batches)
         self._publisher: Publisher | None = None
+        self._publisher_task: asyncio.Task[Any] | None = None
+        self._claim_after = 0.0
+        """Loop time before which no new claim is taken (membership settling after joining)."""
 
     # ---- setup ----------------------------------------------------------------------------------
     async def setup(self) -> None:
@@ -65,15 +76,26 @@ class FpmRelayService(Service[FpmRelaySettings]):
         if s.sharding:
             kv = await self.bus.kv(s.relay_bucket, ttl_s=s.relay_ttl_s)
             self.membership = Membership(
-                kv, s.namespace, self.relay_id, s.relay_ttl_s, s.relay_heartbeat_s, self._dirty.set, loop.time
+                kv,
+                s.namespace,
+                self.relay_id,
+                s.relay_ttl_s,
+                s.relay_heartbeat_s,
+                self._dirty.set,
+                loop.time,
+                s.relay_kv_concurrency,
             )
             await self.membership.heartbeat()
+            # relays started together see each other before claiming: no relay grabs every engine
+            self._claim_after = loop.time() + s.relay_heartbeat_s
+            loop.call_at(self._claim_after, self._dirty.set)
             self.spawn(self.membership.mirror.run(), "members-watch")
             try:
                 await asyncio.wait_for(self.membership.mirror.synced.wait(), timeout=5.0)
             except TimeoutError:
                 self.log.warning("members_not_synced", timeout_s=5.0)
-            self.every(s.relay_heartbeat_s, self._heartbeat, "heartbeat")
+            self.every(s.relay_heartbeat_s, self.membership.heartbeat, "membership")
+            self.spawn(self._renew_loop(), "heartbeat")
         self._publisher = Publisher(
             self.bus.nc,
             self._queue,
@@ -83,7 +105,7 @@ class FpmRelayService(Service[FpmRelaySettings]):
             self._on_socket_error,
             self.membership.lease_ok if self.membership is not None else None,
         )
-        self.spawn(self._publisher.run(), "publisher")
+        self._publisher_task = self.spawn(self._publisher.run(), "publisher")
         if s.watch_engines:
             kv = await self.bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
             self.engines = KvMirror(kv, f"{s.namespace}.>", s.engines_resync_s, self._dirty.set, "engines")
@@ -162,36 +184,36 @@ class FpmRelayService(Service[FpmRelaySettings]):
                 mine = set(targets)
             desired = {k: targets[k] for k in mine}
             active = self._active()
-            now = asyncio.get_running_loop().time()
-            broken = {
-                k for k in active if k in self._failed_engines or (ms is not None and not ms.lease_ok(k, now))
-            }
+            # a lapsed lease does not close the socket: the publisher drops while it is lapsed, and
+            # the next renewal either restores it or reports the claim lost (closed then)
+            broken = {k for k in active if k in self._failed_engines}
             p = plan(desired, {k: t for k, t in active.items() if k not in broken})
-            for key in (*p.close, *broken):
+            closed = [*p.close, *broken]
+            for key in closed:
                 await self._stop(key)
-                if ms is not None and key not in desired:
-                    await ms.release(key)
+            if ms is not None:
+                await ms.release_many([k for k in closed if k not in desired])
             for key in p.reopen:
                 await self._stop(key)
                 self._start(desired[key])
             to_open = [k for k in (*p.open, *(b for b in broken if b in desired)) if k not in self._active()]
             if ms is not None:
-                won = await asyncio.gather(*(self._claim(k) for k in to_open))
-                to_open = [k for k, ok in zip(to_open, won, strict=True) if ok]
+                to_open = await self._claim_all(to_open)
             for key in to_open:
                 self._start(desired[key])
             self._failed_engines.clear()
             self._update_gauges()
 
-    async def _claim(self, key: str) -> bool:
-        assert self.membership is not None
-        if self.membership.lease_ok(key, asyncio.get_running_loop().time()):
-            return True
-        try:
-            return await self.membership.claim(key)
-        except Exception as exc:
-            self.log.warning("claim_failed", engine=key, error=repr(exc))
-            return False
+    async def _claim_all(self, keys: list[str]) -> list[str]:
+        """The engines of ``keys`` this relay holds the claim of (held already, or won now)."""
+        ms = self.membership
+        assert ms is not None
+        held = [k for k in keys if k in ms.leases]  # lapsed or not: the publisher checks validity
+        want = [k for k in keys if k not in ms.leases]
+        if want and asyncio.get_running_loop().time() < self._claim_after:
+            want = []  # still settling after joining; a reconcile runs when that is over
+        won = await ms.claim_many(want) if want else set()
+        return [k for k in keys if k in won or k in held]
 
     def _start(self, target: EngineTarget) -> None:
         if target.is_fpm:
@@ -237,20 +259,40 @@ class FpmRelayService(Service[FpmRelaySettings]):
         self._failed_engines.add(sub.target.key)
         self._dirty.set()
 
-    async def _heartbeat(self) -> None:
+    async def _renew_loop(self) -> None:
+        """Claim renewal rounds every ``relay_heartbeat_s``, or back to back when a round takes
+        longer (never a skipped slot: the gap between two renewals of a claim stays about one round).
+        Round times go to ``planner_tick_seconds{loop="heartbeat"}``."""
         ms = self.membership
         assert ms is not None
-        try:
-            await ms.heartbeat()
-        finally:
-            lost = await ms.renew()
-            if lost:
-                async with self._lock:
-                    for key in lost:
-                        self.log.warning("claim_lost", engine=key)
-                        await self._stop(key)
-                    self._update_gauges()
-                self._dirty.set()
+        interval = self.settings.relay_heartbeat_s
+        clock = asyncio.get_running_loop().time
+        task = asyncio.current_task()
+        tick_seconds = self._tick_seconds.labels("heartbeat")
+        while not self.stopping.is_set() and not (task is not None and task.cancelling()):
+            started, t0 = clock(), time.perf_counter()
+            try:
+                await self._renew_once(ms)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.log.exception("tick_error", loop="heartbeat")
+            tick_seconds.observe(time.perf_counter() - t0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), timeout=max(0.0, started + interval - clock()))
+
+    async def _renew_once(self, ms: Membership) -> None:
+        lost = await ms.renew()
+        if not lost:
+            return
+        async with self._lock:
+            for key in lost:
+                if key in ms.leases:
+                    continue  # re-taken since
+                self.log.warning("claim_lost", engine=key)
+                await self._stop(key)
+            self._update_gauges()
+        self._dirty.set()
 
     # ---- scrape adapters ------------------------------------------------------------------------
     async def _scrape_all(self) -> None:
@@ -296,19 +338,39 @@ class FpmRelayService(Service[FpmRelaySettings]):
         return detail
 
     async def drain(self) -> None:
-        """Stop reading, publish what was already read, then hand the engines over at once."""
+        """Stop reading, publish what was already read, then hand the engines over at once. Every
+        wait on NATS is bounded: what cannot be released in time expires after ``relay_ttl_s``."""
+        self._stop_watches()
+        s = self.settings
         async with self._lock:
             for sub in self.subs.values():
                 await sub.stop_reading()
-            await self._queue.join()  # batches already read are still published
+            task = self._publisher_task
+            if task is not None and not task.done():
+                try:  # batches already read are still published
+                    await asyncio.wait_for(self._queue.join(), timeout=5.0)
+                except TimeoutError:
+                    self.log.warning("drain_publish_timeout", queued=self._queue.qsize())
+            if self._publisher is not None:
+                self._publisher.stop()
             for key in list(self.subs):
                 await self._stop(key)
             self.scrapes.clear()
             if self.membership is not None:
-                await self.membership.leave()
+                try:
+                    await asyncio.wait_for(self.membership.leave(), timeout=max(2.0, s.relay_ttl_s))
+                except TimeoutError:
+                    self.log.warning("leave_timeout", claims=len(self.membership.leases))
         self.log.info("drained", relay_id=self.relay_id)
 
+    def _stop_watches(self) -> None:
+        if self.membership is not None:
+            self.membership.mirror.stop()
+        if self.engines is not None:
+            self.engines.stop()
+
     async def cleanup(self) -> None:
+        self._stop_watches()
         for key in list(self.subs):
             await self._stop(key)
         if self._ctx is not None:

@@ -34,6 +34,8 @@ class FpmRelaySettings(BaseSettings, frozen=True, kw_only=True):
     """TTL of membership keys and engine claims: a dead relay's engines move after at most this."""
     relay_heartbeat_s: Annotated[float, Meta(gt=0.0, le=300.0)] = 2.0
     """Refresh of the membership key and of the claims held."""
+    relay_kv_concurrency: Annotated[int, Meta(ge=1, le=4096)] = 64
+    """Claim renewals, claims and releases in flight at once (one KV round trip per engine each)."""
     reconcile_s: Seconds = 1.0
     """Re-check ownership at least this often (also on every engine or membership change)."""
     zmq_rcvhwm: Annotated[int, Meta(ge=0)] = 100_000

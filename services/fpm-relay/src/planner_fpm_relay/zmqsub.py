@@ -158,10 +158,9 @@ class EngineSubscription:
         if self._task.done():
             return
         self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
+        # asyncio.wait, not ``await task`` + ``except CancelledError``: that would also swallow a
+        # cancellation of the caller (drain timing out) and leave it running
+        await asyncio.wait({self._task})
 
     async def close(self) -> None:
         """Stop receiving and drop whatever is still queued for this engine."""
