@@ -162,6 +162,7 @@ class Lease:
         self._changed = asyncio.Event()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._sub: Subscription | None = None
         self._pause_until = 0.0
 
@@ -298,7 +299,10 @@ class Lease:
             await asyncio.wait_for(self._wake.wait(), timeout=wait_s)
 
     async def _run(self) -> None:
-        while True:
+        # The flag as well as cancellation: on Python 3.11 asyncio.wait_for (used inside nats-py) can
+        # swallow a cancellation that lands as the awaited call completes, and a `while True` loop would
+        # then outlive stop().
+        while not self._stopping:
             await self.step()
 
     async def wait(self, active: bool) -> None:
@@ -318,6 +322,7 @@ class Lease:
     async def start(self, nc: Client | None = None, bucket: str = LEASES_BUCKET) -> None:
         """First attempt now (a lone instance is active on return), then the loop in the background.
         ``nc``: listen for deletes of the key to take over without waiting for the next poll."""
+        self._stopping = False
         if nc is not None:
 
             async def on_msg(msg: Msg) -> None:
@@ -332,10 +337,17 @@ class Lease:
         self._task = asyncio.create_task(self._run(), name=f"lease-{self.key}")
 
     async def stop(self, release: bool = True) -> None:
+        self._stopping = True
+        self._wake.set()
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            for _ in range(20):  # bounded: re-cancel in case a cancellation was lost (see _run)
+                task.cancel()
+                done, _pending = await asyncio.wait({task}, timeout=0.5)
+                if done:
+                    break
+            if not task.done():
+                log.warning("lease_loop_did_not_stop", key=self.key)
         sub, self._sub = self._sub, None
         if sub is not None:
             with contextlib.suppress(*_TRANSIENT):

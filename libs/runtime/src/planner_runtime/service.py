@@ -207,10 +207,7 @@ class Service(Generic[S]):
             await asyncio.wait_for(self.drain(), timeout=self.settings.drain_timeout_s)
         except TimeoutError:
             self.log.warning("drain_timeout", timeout_s=self.settings.drain_timeout_s)
-        for t in list(self._tasks):
-            t.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         await self.cleanup()
         if self._lease is not None:
             await self._lease.stop(release=True)  # a standby takes over now, not after the TTL
@@ -277,11 +274,7 @@ class Service(Generic[S]):
         if not self._active_on:
             return
         self._active_on = False
-        tasks = list(self._active_tasks)
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(set(self._active_tasks))
         self._m_active.set(0)
         self._m_changes.labels("standby").inc()
         self.log.warning("role_standby", lease=self.lease_key(), reason=reason)
@@ -289,6 +282,20 @@ class Service(Generic[S]):
             await self.deactivate()
         except Exception:
             self.log.exception("deactivate_failed")
+
+
+async def cancel_and_wait(tasks: set[asyncio.Task[Any]], rounds: int = 20, wait_s: float = 0.5) -> None:
+    """Cancel ``tasks`` and wait for them, re-cancelling a few times: on Python 3.11 asyncio.wait_for
+    (used inside nats-py) can swallow a cancellation, and an unbounded gather would hang shutdown."""
+    pending = {t for t in tasks if not t.done()}
+    for _ in range(rounds):
+        if not pending:
+            return
+        for t in pending:
+            t.cancel()
+        _done, pending = await asyncio.wait(pending, timeout=wait_s)
+    if pending:
+        get_logger("planner.service").warning("tasks_did_not_stop", tasks=[t.get_name() for t in pending])
 
 
 async def serve(service: Service[Any]) -> int:
