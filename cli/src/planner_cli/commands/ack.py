@@ -10,17 +10,14 @@ STATUSES = ("accepted", "completed", "failed", "superseded")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from planner_cli.natsargs import add_nats_arguments
+
+    add_nats_arguments(parser)
     parser.add_argument("decision_id", type=int, help="the decision being answered")
     parser.add_argument("--status", required=True, choices=STATUSES)
     parser.add_argument("--ready", default="", help="ready replicas, e.g. prefill=2,decode=3")
     parser.add_argument("--actuator-id", default="external", help="who answers")
     parser.add_argument("--message", default="", help="free text (why it failed, ...)")
-    parser.add_argument("--nats-url", default="nats://127.0.0.1:4222", help="comma-separated server URLs")
-    parser.add_argument("--namespace", default="default")
-    parser.add_argument("--subject-prefix", default="planner")
-    parser.add_argument("--nats-token", default="", help="token auth")
-    parser.add_argument("--nats-creds-file", default="", help="NATS .creds file")
-    parser.add_argument("--connect-timeout-s", type=float, default=10.0)
 
 
 def parse_ready(text: str) -> dict[str, int]:
@@ -70,16 +67,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     async def send() -> int:
+        from planner_cli.natsargs import nats_settings
         from planner_runtime.bus import Bus
-        from planner_runtime.settings import BaseSettings
 
-        settings = BaseSettings(
-            nats_url=args.nats_url,
-            namespace=args.namespace,
-            subject_prefix=args.subject_prefix,
-            nats_token=args.nats_token,
-            nats_creds_file=args.nats_creds_file,
-        )
+        settings = nats_settings(args)
         try:
             bus = await Bus.connect(settings, name="planner-ack", max_wait_s=args.connect_timeout_s)
         except ConnectionError as exc:

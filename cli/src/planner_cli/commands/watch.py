@@ -15,16 +15,13 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nats-url", default="nats://127.0.0.1:4222", help="comma-separated server URLs")
-    parser.add_argument("--namespace", default="default")
-    parser.add_argument("--subject-prefix", default="planner")
-    parser.add_argument("--nats-token", default="", help="token auth")
-    parser.add_argument("--nats-creds-file", default="", help="NATS .creds file")
+    from planner_cli.natsargs import add_nats_arguments
+
+    add_nats_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object per line (kind: decision|ack)")
     parser.add_argument("--from-start", action="store_true", help="replay decisions still on the stream")
     parser.add_argument("--durable", default="", help="durable consumer name (resumes across runs)")
     parser.add_argument("--no-acks", action="store_true", help="do not show acks")
-    parser.add_argument("--connect-timeout-s", type=float, default=10.0)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,9 +89,9 @@ async def _watch(args: argparse.Namespace) -> int:
     from nats.js.api import DeliverPolicy
     from nats.js.errors import NotFoundError
 
+    from planner_cli.natsargs import nats_settings
     from planner_proto import DecodeError, ScalingAck, ScalingDecision, Subjects, decode
     from planner_runtime.bus import Bus
-    from planner_runtime.settings import BaseSettings
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -102,13 +99,7 @@ async def _watch(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     out = _Printer(args.json)
     try:
-        settings = BaseSettings(
-            nats_url=args.nats_url,
-            namespace=args.namespace,
-            subject_prefix=args.subject_prefix,
-            nats_token=args.nats_token,
-            nats_creds_file=args.nats_creds_file,
-        )
+        settings = nats_settings(args)
         subjects = Subjects(ns=args.namespace, prefix=args.subject_prefix)
     except ValueError as exc:
         out.warn(str(exc))
