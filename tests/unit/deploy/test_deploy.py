@@ -129,3 +129,50 @@ def test_grafana_dashboard_parses_and_covers_the_essentials() -> None:
         "planner_bad_messages_total",
     ):
         assert metric in exprs
+
+
+def test_compose_commands_are_valid_service_settings() -> None:
+    """Every `serve <service> --flag value ...` in docker-compose.yml parses with that service's real
+    settings (with the compose environment applied), so the file cannot drift from the code."""
+    import importlib
+
+    from planner_runtime.settings import settings_from_args
+
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    checked = 0
+    for name, svc in compose["services"].items():
+        cmd = svc.get("command")
+        if not cmd or cmd[0] != "serve":
+            continue
+        module = importlib.import_module(f"planner_{cmd[1].replace('-', '_')}.service")
+        env = {k: str(v) for k, v in (svc.get("environment") or {}).items()}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            settings = settings_from_args(module.SERVICE.settings_type, cmd[2:], prog=name)
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        assert settings.nats_url == "nats://nats:4222", name
+        checked += 1
+    assert checked >= 7
+
+
+def test_dashboard_metrics_exist_in_the_code() -> None:
+    """Every planner_* metric the Grafana dashboard queries is defined by some service."""
+    import re
+
+    dash = json.loads((REPO / "deploy" / "grafana" / "dashboards" / "planner.json").read_text())
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    wanted = set(re.findall(r"\bplanner_[a-z_]+", exprs))
+    source = " ".join(p.read_text() for p in (REPO / "services").rglob("*.py"))
+    source += " ".join(p.read_text() for p in (REPO / "libs" / "runtime").rglob("*.py"))
+    missing = []
+    for metric in sorted(wanted):
+        base = re.sub(r"_(total|bucket|sum|count)$", "", metric)
+        if f'"{base}"' not in source and f"'{base}'" not in source:
+            missing.append(metric)
+    assert not missing, f"dashboard queries metrics no service defines: {missing}"
