@@ -14,7 +14,7 @@ import nats
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import NotFoundError
 
-from planner_proto import DecodeError, ScalingDecision, Subjects, decode
+from planner_proto import DecodeError, ReplicaStatus, ScalingDecision, Subjects, decode
 from planner_runtime.bus import Bus
 
 
@@ -111,3 +111,24 @@ class DecisionFeed:
                 await m.ack()
             except (nats.errors.Error, TimeoutError):
                 pass  # redelivered later, and then ignored as not newer than the last applied one
+
+
+class StatusPublisher:
+    """An actuator's ReplicaStatus: published when it changed, and at least every ``every_s`` seconds
+    (so a decider that starts later still hears it)."""
+
+    def __init__(self, bus: Bus, subject: str, every_s: float) -> None:
+        self.bus = bus
+        self.subject = subject
+        self.every_s = every_s
+        self._last: Any = None
+        self._at_s = float("-inf")
+
+    async def maybe_publish(self, status: ReplicaStatus, now_s: float) -> bool:
+        """``now_s``: a monotonic clock. True when it published."""
+        key = (status.components, status.last_decision_id, status.external_change)
+        if key == self._last and now_s - self._at_s < self.every_s:
+            return False
+        await self.bus.publish(self.subject, status)
+        self._last, self._at_s = key, now_s
+        return True

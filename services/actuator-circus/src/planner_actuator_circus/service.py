@@ -48,7 +48,7 @@ from planner_proto import (
 )
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S, STATE_BUCKET
 from planner_runtime.bus import kv_get, kv_put
-from planner_runtime.decisions import DecisionFeed, select
+from planner_runtime.decisions import DecisionFeed, StatusPublisher, select
 from planner_runtime.service import Service
 
 KILL_GRACE_S = 10.0
@@ -82,8 +82,7 @@ class CircusActuator(Service[CircusActuatorSettings]):
         self.circus_ok = False
         self.wake = asyncio.Event()
         self.mutex = asyncio.Lock()
-        self._last_status: Any = None
-        self._last_status_at = 0.0
+        self._status_pub: StatusPublisher | None = None
         reg = self.registry
         self.m_acks = Counter("planner_actuator_acks", "Acks sent", ["status"], registry=reg)
         self.m_workers = Gauge("planner_actuator_workers", "Workers", ["component", "phase"], registry=reg)
@@ -274,9 +273,7 @@ class CircusActuator(Service[CircusActuatorSettings]):
             except (nats.errors.Error, OSError) as exc:
                 self.log.warning("nats_call_failed", error=str(exc) or type(exc).__name__)
             try:
-                await self._publish_status(
-                    force=clock() - self._last_status_at >= self.settings.status_interval_s
-                )
+                await self._publish_status(clock())
             except (nats.errors.Error, OSError):
                 pass
             self.wake.clear()
@@ -603,13 +600,12 @@ class CircusActuator(Service[CircusActuatorSettings]):
             external_change=self.external_change,
         )
 
-    async def _publish_status(self, force: bool) -> None:
-        status = self.replica_status()
-        key = (status.components, status.last_decision_id, status.external_change)
-        if force or key != self._last_status:
-            await self.bus.publish(self.subjects.replicas(), status)
-            self._last_status = key
-            self._last_status_at = asyncio.get_running_loop().time()
+    async def _publish_status(self, now_s: float) -> None:
+        if self._status_pub is None:
+            self._status_pub = StatusPublisher(
+                self.bus, self.subjects.replicas(), self.settings.status_interval_s
+            )
+        await self._status_pub.maybe_publish(self.replica_status(), now_s)
 
     async def _persist(self) -> None:
         state = ActuatorState(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 import nats
@@ -42,7 +42,7 @@ from planner_proto import (
 )
 from planner_proto.subjects import STATE_BUCKET
 from planner_runtime.bus import kv_get, kv_put
-from planner_runtime.decisions import DecisionFeed, select
+from planner_runtime.decisions import DecisionFeed, StatusPublisher, select
 from planner_runtime.service import Service
 
 KNOWN_COMPONENTS = frozenset(c.value for c in Component)
@@ -73,8 +73,7 @@ class K8sActuator(Service[K8sActuatorSettings]):
         self.api_ok = False
         self.wake = asyncio.Event()
         self.mutex = asyncio.Lock()
-        self._last_status: Any = None
-        self._last_status_at = 0.0
+        self._status_pub: StatusPublisher | None = None
         reg = self.registry
         self.m_acks = Counter("planner_actuator_acks", "Acks sent", ["status"], registry=reg)
         self.m_api_errors = Counter("planner_actuator_api_errors", "Failed API calls", ["kind"], registry=reg)
@@ -212,9 +211,7 @@ class K8sActuator(Service[K8sActuatorSettings]):
             try:
                 async with self.mutex:
                     await self._pass()
-                await self._publish_status(
-                    force=clock() - self._last_status_at >= self.settings.poll_interval_s
-                )
+                await self._publish_status(clock())
             except (nats.errors.Error, OSError) as exc:
                 self.log.warning("nats_call_failed", error=str(exc) or type(exc).__name__)
             try:
@@ -306,13 +303,12 @@ class K8sActuator(Service[K8sActuatorSettings]):
             external_change=self.external_change,
         )
 
-    async def _publish_status(self, force: bool) -> None:
-        status = self.replica_status()
-        key = (status.components, status.last_decision_id, status.external_change)
-        if force or key != self._last_status:
-            await self.bus.publish(self.subjects.replicas(), status)
-            self._last_status = key
-            self._last_status_at = asyncio.get_running_loop().time()
+    async def _publish_status(self, now_s: float) -> None:
+        if self._status_pub is None:
+            self._status_pub = StatusPublisher(
+                self.bus, self.subjects.replicas(), self.settings.poll_interval_s
+            )
+        await self._status_pub.maybe_publish(self.replica_status(), now_s)
 
     async def _persist(self) -> None:
         state = K8sState(last_decision_id=self.last_decision_id, expected=dict(self.expected))
