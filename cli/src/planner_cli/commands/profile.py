@@ -96,7 +96,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--isl", type=float, default=1155.0, help="typical ISL for the recommendation")
     parser.add_argument("--osl", type=float, default=211.0, help="typical OSL for the recommendation")
     parser.add_argument("--out", type=Path, default=Path("out/profile"), help="folder for the NPZ files")
-    parser.add_argument("--plot", action="store_true", help="--estimate: also write profile.png")
+    parser.add_argument(
+        "--plot",
+        action="store_true",
+        help="--estimate: also write the plots (prefill_ttft.png, decode_itl.png, throughput_per_gpu.png)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable summary")
 
 
@@ -140,7 +144,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"planner profile: {exc}", file=sys.stderr)
         return exc.code
     if args.plot:
-        _plot(prefill, decode, args.out / "profile.png", args.ttft_ms, args.itl_ms)
+        from dataclasses import dataclass
+
+        from planner_cli.profiler.output import plot_all
+        from planner_core.profile import DecodeProfile, PrefillProfile
+
+        @dataclass(frozen=True)
+        class Estimated:
+            tp: int
+            prefill: PrefillProfile
+            decode: DecodeProfile
+
+        sla = {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms, "isl": args.isl}
+        plot_all(args.out, [Estimated(tps[0], prefill, decode)], sla)
     if args.json:
         print(json.dumps(summary))
     else:
@@ -231,25 +247,3 @@ def _run_live(args: argparse.Namespace, tps: list[int]) -> int:
             con.print(line)
         con.print(f"profiles, plots and summary in {cfg.out}")
     return 0
-
-
-def _plot(prefill: object, decode: object, path: Path, ttft_ms: float, itl_ms: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    a.plot(prefill.isl_tokens, prefill.ttft_ms, "o-")  # type: ignore[attr-defined]
-    a.axhline(ttft_ms, linestyle="--", color="grey")
-    a.set(xlabel="ISL (tokens)", ylabel="TTFT (ms)", title="prefill")
-    for ctx in np.unique(decode.context_length_tokens):  # type: ignore[attr-defined]
-        m = decode.context_length_tokens == ctx  # type: ignore[attr-defined]
-        b.plot(decode.kv_usage[m], decode.itl_ms[m], "o-", label=f"context {int(ctx)}")  # type: ignore[attr-defined]
-    b.axhline(itl_ms, linestyle="--", color="grey")
-    b.set(xlabel="KV usage", ylabel="ITL (ms)", title="decode")
-    b.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)

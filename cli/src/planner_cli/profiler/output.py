@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from planner_cli.profiler.runner import TpResult
-from planner_core.profile import save_decode, save_prefill
+from planner_core.profile import DecodeProfile, PrefillProfile, save_decode, save_prefill
 from planner_core.profiling import DecodeChoice, PlannerSettings, PrefillChoice
 
 
@@ -99,7 +99,19 @@ def recommendation_lines(data: dict[str, Any]) -> list[str]:
     ]
 
 
-def plot_all(out: Path, results: list[TpResult], sla: dict[str, float]) -> list[Path]:
+class ProfileAtTp(Protocol):
+    """What the plots need: a TpResult of a live sweep, or an --estimate."""
+
+    @property
+    def tp(self) -> int: ...
+    @property
+    def prefill(self) -> PrefillProfile: ...
+    @property
+    def decode(self) -> DecodeProfile: ...
+
+
+def plot_all(out: Path, results: list[TpResult] | list[ProfileAtTp], sla: dict[str, float]) -> list[Path]:
+    """prefill_ttft.png, decode_itl.png, throughput_per_gpu.png; ``sla`` has ttft_ms, itl_ms, isl."""
     import matplotlib
 
     matplotlib.use("Agg")
