@@ -100,10 +100,7 @@ class DeciderSettings(LeaseSettings, frozen=True, kw_only=True):
             raise ValueError(f"components: unknown component(s) {bad}; allowed: prefill, decode, agg")
 
     def policy_config(self) -> PolicyConfig:
-        # A knob not mirrored here yet keeps PolicyConfig's default (the knob-coverage test flags it).
-        return PolicyConfig(
-            **{f.name: getattr(self, f.name) for f in fields(PolicyConfig) if hasattr(self, f.name)}
-        )
+        return PolicyConfig(**{f.name: getattr(self, f.name) for f in fields(PolicyConfig)})
 
     def tick_s(self) -> float:
         """The decider's loop period: the shortest policy interval in use, at most ack_poll_s."""
