@@ -7,8 +7,9 @@ import asyncio
 import json
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
@@ -29,10 +30,32 @@ def mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
+async def fake_engine(
+    bus: Bus, worker_id: str, handler: Callable[[Any], Awaitable[None]]
+) -> Callable[[], Awaitable[None]]:
+    """Register an agg engine ``worker_id`` in the KV whose generate subject ``handler`` serves (a
+    stand-in for a misbehaving engine); returns the coroutine that deregisters it."""
+    kv = await bus.kv(ENGINES_BUCKET, ttl_s=15.0)
+    key = SUBJECTS.engine_key("agg", worker_id)
+    info = EngineInfo(
+        namespace=NS, component="agg", worker_id=worker_id, request_subject=SUBJECTS.generate(worker_id)
+    )  # type: ignore[arg-type]
+    await kv_put(kv, key, info)
+    sub = await bus.nc.subscribe(SUBJECTS.generate(worker_id), cb=handler)
+
+    async def remove() -> None:
+        await sub.unsubscribe()
+        await kv.delete(key)
+
+    return remove
+
+
 async def test_ttft_rises_with_offered_load(
     nats_server: NatsServer, start_engine: StartEngine, tmp_path: Path
 ) -> None:
-    # a small engine (8 sequences) so that 90 req/s overloads it and requests queue
+    # a small engine (8 sequences, 2048-token passes): a 4096-token prompt needs two prefill passes,
+    # ~100 ms of model time = ~25 ms wall at compression 4, so it serves ~40 req/s at most: 90 req/s
+    # overloads it and requests queue, while 3 req/s never waits
     await start_engine("w", time_compression=4.0, max_num_seqs=8, max_num_batched_tokens=2048)
     bus = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
     samples: list[TrafficSample] = []
@@ -43,7 +66,7 @@ async def test_ttft_rises_with_offered_load(
     await bus.subscribe(SUBJECTS.traffic(), TrafficSample, on_sample)
     common = {
         "shape": "constant",
-        "isl_tokens": 1024,
+        "isl_tokens": 4096,
         "osl_tokens": 16,
         "interval_s": 0.5,
         "latency_scale": 4.0,
@@ -81,7 +104,7 @@ async def test_ttft_rises_with_offered_load(
             await asyncio.sleep(0.05)
     busy = [s for s in samples if s.mean_ttft_ms is not None]
     assert busy and all(s.namespace == NS and s.num_failed == 0 for s in samples)
-    assert max(s.mean_isl_tokens or 0 for s in samples) == 1024
+    assert max(s.mean_isl_tokens or 0 for s in samples) == 4096
     await bus.close()
 
 
@@ -128,18 +151,13 @@ async def test_dead_engine_request_is_failed_and_run_goes_on(
 ) -> None:
     """A fake engine that answers the first token and then goes silent (as if killed)."""
     bus = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
-    kv = await bus.kv(ENGINES_BUCKET, ttl_s=15.0)
-    info = EngineInfo(
-        namespace=NS, component="agg", worker_id="zombie", request_subject=SUBJECTS.generate("zombie")
-    )  # type: ignore[arg-type]
-    await kv_put(kv, SUBJECTS.engine_key("agg", "zombie"), info)
 
     async def half_answer(msg: object) -> None:
         req = decode(msg.data, GenerateRequest)  # type: ignore[attr-defined]
         chunk = TokenChunk(request_id=req.request_id, worker_id="zombie", tokens=1, total_tokens=1)
         await bus.nc.publish(req.reply_subject, encode(chunk))
 
-    await bus.nc.subscribe(SUBJECTS.generate("zombie"), cb=half_answer)
+    remove_zombie = await fake_engine(bus, "zombie", half_answer)
     await start_engine("healthy")
     lg = await run_loadgen(
         nats_server.url,
@@ -157,7 +175,7 @@ async def test_dead_engine_request_is_failed_and_run_goes_on(
     assert {r.error for r in failed} == {"stalled"} and all(r.workers == ["zombie"] for r in failed)
     assert all(r.workers == ["healthy"] for r in ok)
     assert "failed" in lg.summary_text and f"failed {len(failed)}" in lg.summary_text
-    await kv.delete(SUBJECTS.engine_key("agg", "zombie"))
+    await remove_zombie()
     await bus.close()
 
 
@@ -166,11 +184,6 @@ async def test_rejected_requests_are_retried_elsewhere(
 ) -> None:
     """A fake engine that rejects everything (as a draining engine does before routers notice)."""
     bus = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
-    kv = await bus.kv(ENGINES_BUCKET, ttl_s=15.0)
-    info = EngineInfo(
-        namespace=NS, component="agg", worker_id="nope", request_subject=SUBJECTS.generate("nope")
-    )  # type: ignore[arg-type]
-    await kv_put(kv, SUBJECTS.engine_key("agg", "nope"), info)
 
     async def reject(msg: object) -> None:
         req = decode(msg.data, GenerateRequest)  # type: ignore[attr-defined]
@@ -179,7 +192,7 @@ async def test_rejected_requests_are_retried_elsewhere(
             encode(TokenChunk(request_id=req.request_id, worker_id="nope", error="draining")),
         )
 
-    await bus.nc.subscribe(SUBJECTS.generate("nope"), cb=reject)
+    remove_nope = await fake_engine(bus, "nope", reject)
     await start_engine("good")
     lg = await run_loadgen(
         nats_server.url,
@@ -192,7 +205,7 @@ async def test_rejected_requests_are_retried_elsewhere(
     )
     assert lg.results and all(r.ok and r.workers == ["good"] for r in lg.results)
     assert any(r.attempts == 2 for r in lg.results), "some requests went to the rejecting engine first"
-    await kv.delete(SUBJECTS.engine_key("agg", "nope"))
+    await remove_nope()
     await bus.close()
 
 
@@ -214,17 +227,12 @@ async def test_request_that_never_got_a_token_is_retried(
     """A black hole that takes requests and never answers (as a request published during a NATS outage
     would be lost): nothing was ever streamed, so loadgen re-sends it and it completes elsewhere."""
     bus = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
-    kv = await bus.kv(ENGINES_BUCKET, ttl_s=15.0)
-    info = EngineInfo(
-        namespace=NS, component="agg", worker_id="hole", request_subject=SUBJECTS.generate("hole")
-    )  # type: ignore[arg-type]
-    await kv_put(kv, SUBJECTS.engine_key("agg", "hole"), info)
     swallowed: list[bytes] = []
 
     async def swallow(msg: object) -> None:
         swallowed.append(msg.data)  # type: ignore[attr-defined]
 
-    await bus.nc.subscribe(SUBJECTS.generate("hole"), cb=swallow)
+    remove_hole = await fake_engine(bus, "hole", swallow)
     await start_engine("healthy")
     lg = await run_loadgen(
         nats_server.url,
@@ -239,5 +247,5 @@ async def test_request_that_never_got_a_token_is_retried(
     assert swallowed, "the black hole should have received some requests"
     assert all(r.ok for r in lg.results), [r.error for r in lg.results if not r.ok]
     assert len(lg.results) == len(lg.workload.requests if lg.workload else [])
-    await kv.delete(SUBJECTS.engine_key("agg", "hole"))
+    await remove_hole()
     await bus.close()
