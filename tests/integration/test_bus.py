@@ -91,6 +91,29 @@ async def test_handler_error_does_not_stop_subscription(nats_server: NatsServer,
     await bus.close()
 
 
+async def test_subscription_is_live_when_subscribe_returns(
+    nats_server: NatsServer, no_task_leak: None
+) -> None:
+    """A publish from another connection right after ``subscribe`` returns is delivered. nats-py's own
+    flush can let its PING overtake the queued SUB, which lost ~1 message in 10 here."""
+    bus_sub = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
+    bus_pub = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
+    got: list[str] = []
+
+    async def on(data: bytes, s: str) -> None:
+        got.append(s)
+
+    subjects = [f"t.live.{i}" for i in range(40)]
+    for subject in subjects:
+        await bus_sub.subscribe_raw(subject, on)
+        await bus_pub.publish_raw(subject, b"x")
+    await bus_pub.flush()
+    await _wait(lambda: len(got) == len(subjects), timeout_s=5)
+    assert sorted(got) == sorted(subjects)
+    await bus_sub.close()
+    await bus_pub.close()
+
+
 async def test_subscriber_survives_server_restart(nats_server: NatsServer, no_task_leak: None) -> None:
     bus_sub = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
     bus_pub = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
@@ -107,7 +130,7 @@ async def test_subscriber_survives_server_restart(nats_server: NatsServer, no_ta
     nats_server.restart()  # same port, same store dir
     reconnected = lambda b: b.metrics.reconnects._value.get() >= 1 and b.connected  # noqa: E731
     await _wait(lambda: reconnected(bus_sub) and reconnected(bus_pub), timeout_s=15)
-    await bus_sub.nc.flush(timeout=5)  # subscriptions are re-sent on reconnect
+    await bus_sub.flush()  # subscriptions are re-sent on reconnect
     for i in range(2, 5):
         await bus_pub.publish_raw(subject, encode_fpm(ForwardPassMetrics(worker_id="w0", counter_id=i)))
     await _wait(lambda: len(got) >= 4)

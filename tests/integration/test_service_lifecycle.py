@@ -84,7 +84,7 @@ async def test_sigterm_finishes_in_flight_work(nats_server: NatsServer) -> None:
         await bus.publish(
             subjects.traffic(), TrafficSample(namespace="t", start_s=0, interval_s=60, num_requests=9)
         )
-        await bus.nc.flush()
+        await bus.flush()
         await asyncio.sleep(0.3)  # the echo service is now inside its 1.5 s of work
         proc.send_signal(signal.SIGTERM)
         code = await asyncio.to_thread(proc.wait, 20)

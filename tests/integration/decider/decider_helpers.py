@@ -99,7 +99,7 @@ async def feed(bus: Bus, n: float, p: int = 1, d: int = 1) -> None:
     await bus.publish(SUBJECTS.replicas(), status(p, d))
     fc: LoadForecast = forecast(n, time.time())
     await bus.publish(SUBJECTS.forecast(), fc)
-    await bus.nc.flush()
+    await bus.flush()
 
 
 class Collector:

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 async def ack(bus: Bus, decision_id: int, status: AckStatus = AckStatus.COMPLETED) -> None:
     await bus.publish(SUBJECTS.ack(), ScalingAck(decision_id=decision_id, actuator_id="test", status=status))
-    await bus.nc.flush()
+    await bus.flush()
 
 
 async def test_ids_increase_on_the_stream_and_survive_a_restart(
@@ -144,7 +144,7 @@ async def test_bad_input_messages_are_counted_and_dropped(nats_server: NatsServe
             (SUBJECTS.traffic(), b"{}"),
         ):
             await bus.publish_raw(subject, payload)
-        await bus.nc.flush()
+        await bus.flush()
         await wait_until(
             lambda: (
                 dec.metric("planner_bad_messages_total", {"subject": SUBJECTS.ack(), "reason": "invalid"})

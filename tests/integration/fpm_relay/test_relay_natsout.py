@@ -10,6 +10,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from planner_fpm_relay.natsout import NatsOut, pub_header
+from planner_runtime.bus import flush
 from planner_runtime.natsd import NatsServer
 
 pytestmark = pytest.mark.integration
@@ -25,7 +26,7 @@ async def test_batch_publish_fast_and_fallback(nats_server: NatsServer) -> None:
 
     try:
         await sub.subscribe("planner.t.fpm.>", cb=cb)
-        await sub.flush()
+        await flush(sub)
         out = NatsOut(pub)
         assert out.fast, "nats-py internals changed: the relay fell back to one publish() per message"
         subject = "planner.t.fpm.agg.w0"
@@ -33,7 +34,7 @@ async def test_batch_publish_fast_and_fallback(nats_server: NatsServer) -> None:
         slow = [b"after", b"\x00\xff" * 50]
         await out.publish(subject, pub_header(subject), fast, sum(map(len, fast)))
         await out.publish(subject, None, slow, sum(map(len, slow)))  # no header: publish() per message
-        await pub.flush()
+        await flush(pub)
         for _ in range(100):
             if len(got) >= len(fast) + len(slow):
                 break

@@ -105,7 +105,7 @@ async def test_traffic_in_forecast_out(no_task_leak: None, nats_server: NatsServ
         await client.publish_raw(
             SUBJECTS.traffic(), b'{"namespace": "t", "start_s": 0, "interval_s": 0.1, "num_requests": NaN}'
         )
-        await client.nc.flush()
+        await client.flush()
         await asyncio.sleep(0.2)
         bad = (
             svc.registry.get_sample_value(

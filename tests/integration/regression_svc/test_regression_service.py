@@ -151,7 +151,7 @@ async def test_fit_heartbeats_cold_start_and_bad_payloads(
         await client.publish_raw(SUBJECTS.fpm("decode", "w1"), b"\xc1not msgpack")
         v2 = msgspec.msgpack.encode({"version": 2, "worker_id": "w1", "wall_time": 0.5})
         await client.publish_raw(SUBJECTS.fpm("decode", "w1"), v2)
-        await client.nc.flush()
+        await client.flush()
 
         snap = await snaps.wait(lambda s: coefs_match(s) and len(s.workers) == 3)
         assert snap.model is not None and snap.model.features == [

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         try:
             await bus.publish(subjects.ack(), ack)
-            await bus.nc.flush(timeout=5)
+            await bus.flush()
         finally:
             await bus.close()
         return 0

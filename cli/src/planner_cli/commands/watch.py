@@ -158,7 +158,7 @@ async def _watch(args: argparse.Namespace) -> int:
                 deliver_policy=policy,
                 cb=on_decision,
             )
-        await bus.nc.flush(timeout=5)
+        await bus.flush()
         if not args.json:
             out.console.print(f"[dim]watching {subjects.decision()} (stream {stream}); Ctrl-C to stop[/]")
         await stop.wait()

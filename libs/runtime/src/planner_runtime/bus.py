@@ -111,10 +111,12 @@ class Bus:
 
         last_error: list[BaseException] = []
         auth_failed = asyncio.Event()
+        auth_error: list[BaseException] = []
 
         async def on_error(exc: Exception) -> None:
             last_error[:] = [exc]
             if _is_auth_error(exc):
+                auth_error[:] = [exc]
                 auth_failed.set()
             log.debug("nats_error", error=str(exc) or type(exc).__name__)
 
@@ -154,9 +156,11 @@ class Bus:
             except (OSError, nats.errors.Error, TimeoutError) as exc:
                 await _abandon(nc)
                 if _is_auth_error(exc) or auth_failed.is_set():
-                    # Retrying with the same credentials cannot succeed: say so once and stop.
+                    # Retrying with the same credentials cannot succeed: say so once and stop. Name the
+                    # server's own verdict; the socket may report only a reset after it hangs up on us.
+                    verdict = exc if _is_auth_error(exc) or not auth_error else auth_error[0]
                     raise ConnectionError(
-                        f"NATS at {settings.nats_url} refused our credentials: {exc}"
+                        f"NATS at {settings.nats_url} refused our credentials: {verdict}"
                     ) from None
                 if (stop is not None and stop.is_set()) or (deadline is not None and loop.time() >= deadline):
                     raise ConnectionError(f"cannot connect to NATS at {settings.nats_url}: {exc}") from None
@@ -209,10 +213,14 @@ class Bus:
         # The SUB must reach the server before we return, or a publish from another connection that
         # follows right after could be missed.
         try:
-            await self.nc.flush(timeout=5)
+            await flush(self.nc, timeout_s=5)
         except (nats.errors.Error, TimeoutError):
             log.warning("subscribe_flush_timeout", subject=subject)
         return sub
+
+    async def flush(self, timeout_s: float = 5.0) -> None:
+        """Return once the server has processed everything this connection sent so far."""
+        await flush(self.nc, timeout_s)
 
     async def _call(
         self, pattern: str, handler: Callable[[Any, str], Awaitable[None]], obj: Any, subject: str
@@ -263,6 +271,21 @@ class Bus:
             pass
         if not self.nc.is_closed:
             await self.nc.close()
+
+
+async def flush(nc: Client, timeout_s: float = 5.0) -> None:
+    """Round-trip to the server *after* every command queued so far has been written.
+
+    nats-py 2.16's ``Client.flush`` writes its PING straight to the socket while SUB and PUB commands
+    may still wait in the client's pending buffer for the writer task. The PONG can then come back
+    before the server has seen them: a subscription made just before misses a message that another
+    connection publishes right after (seen 1 time in 10 on a busy machine). So hand the pending buffer
+    to the writer and wait for it first, then ping.
+    """
+    write_pending = getattr(nc, "_flush_pending", None)
+    if write_pending is not None and nc.is_connected:
+        await asyncio.wait_for(write_pending(force_flush=True), timeout_s)
+    await nc.flush(timeout=timeout_s)  # type: ignore[arg-type]  # nats-py annotates int, takes float
 
 
 def _is_auth_error(exc: BaseException) -> bool:
