@@ -1,16 +1,16 @@
-"""The hot path: batches from the socket readers -> frame check -> sequence accounting -> optional
+"""The hot path: batches from the socket hub's passes -> frame check -> sequence accounting -> optional
 payload validation -> NATS publish of the payload bytes, unchanged.
 
 No maths here beyond a sequence comparison; metrics are bumped once per batch, not per message.
 Validation is :mod:`validate`'s one-call msgspec check (``decode_fpm`` only for a payload it rejects,
 to name the reason). The valid payloads of a batch go to NATS as one buffer append
 (:mod:`natsout`); nats-py's flusher task writes everything pending at once, and nothing waits for a
-flush. Batches already waiting on the queue are taken in the same wake-up.
+flush. Passes already waiting on the queue are taken in the same wake-up.
 
 Nothing a batch can raise stops the publisher: messages NATS refuses (buffer full during a long
 reconnect...) are counted in ``planner_fpm_publish_dropped`` and dropped, anything unexpected is
 logged and counted, and the next batch goes on. It stops on cancellation or :meth:`Publisher.stop`
-(checked after every batch: nats-py's ``_flush_pending`` swallows a cancellation).
+(checked after every pass: nats-py's ``_flush_pending`` swallows a cancellation).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Publisher:
     def __init__(
         self,
         nc: Client,
-        queue: asyncio.Queue[Batch],
+        queue: asyncio.Queue[list[Batch]],
         metrics: RelayMetrics,
         validate: bool,
         count_bad: Callable[[str, str], None],
@@ -72,24 +72,30 @@ class Publisher:
         queue = self.queue
         task = asyncio.current_task()
         while not self._stopped:
-            batch = await queue.get()
+            batches = await queue.get()
             while True:
                 try:
-                    await self._handle(batch, clock())
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    self.metrics.publish_errors.inc()
-                    if self._errors_logged < 10:
-                        self._errors_logged += 1
-                        log.exception("publish_batch_failed", engine=batch.sub.target.key)
+                    now = clock()
+                    for batch in batches:
+                        await self._handle_one(batch, now)
                 finally:
                     queue.task_done()
                 if self._stopped or (task is not None and task.cancelling()):
                     return
                 if queue.empty():
                     break
-                batch = queue.get_nowait()
+                batches = queue.get_nowait()
+
+    async def _handle_one(self, batch: Batch, now: float) -> None:
+        try:
+            await self._handle(batch, now)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.metrics.publish_errors.inc()
+            if self._errors_logged < 10:
+                self._errors_logged += 1
+                log.exception("publish_batch_failed", engine=batch.sub.target.key)
 
     async def _handle(self, batch: Batch, now: float) -> None:
         sub = batch.sub

@@ -1,8 +1,8 @@
 """The fpm-relay service: follows the engine registry, relays each owned engine's FPM stream from
 ZMQ to NATS unchanged, scrapes engines without FPM, and shares the engines with other relays.
 
-Tasks: one reader per ZMQ socket (:mod:`zmqsub`) feeding one publisher (:mod:`publisher`) through a
-queue, in batches; a watch of ``planner_engines`` and of the relay membership (:mod:`kvmirror`); a reconcile
+Tasks: one hub reading every ZMQ socket (:mod:`zmqsub`) feeding one publisher (:mod:`publisher`)
+through a queue, one item per pass; a watch of ``planner_engines`` and of the relay membership (:mod:`kvmirror`); a reconcile
 loop that turns "engines known" and "members alive" into sockets opened and closed (:mod:`sharding`
 decides, :mod:`membership` holds the claims); the membership key refresh (loop ``membership``); the
 claim renewal rounds (loop ``heartbeat``, rounds back to back on a ``relay_heartbeat_s`` cadence:
@@ -34,7 +34,7 @@ from planner_fpm_relay.scrape.http import http_get
 from planner_fpm_relay.settings import FpmRelaySettings
 from planner_fpm_relay.sharding import owned, plan
 from planner_fpm_relay.targets import EngineTarget, TargetError, parse_static_engines, target_from_info
-from planner_fpm_relay.zmqsub import Batch, EngineSubscription
+from planner_fpm_relay.zmqsub import Batch, EngineSubscription, ReaderHub
 from planner_proto import DecodeError, EngineInfo, WorkerLoadSample, decode
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
 from planner_runtime.service import Service
@@ -62,7 +62,8 @@ class FpmRelayService(Service[FpmRelaySettings]):
         self._dirty = asyncio.Event()
         self._lock = asyncio.Lock()
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
-        self._queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=settings.queue_batches)
+        self._queue: asyncio.Queue[list[Batch]] = asyncio.Queue(maxsize=settings.queue_batches)
+        self._hub: ReaderHub | None = None
         self._publisher: Publisher | None = None
         self._publisher_task: asyncio.Task[Any] | None = None
         self._claim_after = 0.0
@@ -106,6 +107,8 @@ class FpmRelayService(Service[FpmRelaySettings]):
             self.membership.lease_ok if self.membership is not None else None,
         )
         self._publisher_task = self.spawn(self._publisher.run(), "publisher")
+        self._hub = ReaderHub(self._queue, s.max_batch, s.batch_window_s)
+        self.spawn(self._hub.run(), "zmq-hub")
         if s.watch_engines:
             kv = await self.bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
             self.engines = KvMirror(kv, f"{s.namespace}.>", s.engines_resync_s, self._dirty.set, "engines")
@@ -217,17 +220,13 @@ class FpmRelayService(Service[FpmRelaySettings]):
 
     def _start(self, target: EngineTarget) -> None:
         if target.is_fpm:
-            assert self._ctx is not None
+            assert self._ctx is not None and self._hub is not None
             subject = self.subjects.fpm(target.component, target.worker_id)
-            self.subs[target.key] = EngineSubscription(
-                self._ctx,
-                target,
-                subject,
-                self._queue,
-                self.settings.zmq_rcvhwm,
-                self.settings.max_batch,
-                self.settings.batch_window_s,
+            sub = EngineSubscription(
+                self._ctx, target, subject, self.settings.zmq_rcvhwm, self.settings.max_batch
             )
+            self.subs[target.key] = sub
+            self._hub.add(sub)
             self.log.info("engine_subscribed", engine=target.key, endpoint=target.zmq_endpoint)
         elif target.is_scrape:
             self.scrapes[target.key] = target
@@ -238,7 +237,9 @@ class FpmRelayService(Service[FpmRelaySettings]):
     async def _stop(self, key: str) -> None:
         sub = self.subs.pop(key, None)
         if sub is not None:
-            await sub.close()
+            if self._hub is not None:
+                self._hub.remove(sub)
+            sub.close()
             try:
                 self.metrics.last_seen.remove(sub.target.component, sub.target.worker_id)
             except KeyError:
@@ -343,8 +344,8 @@ class FpmRelayService(Service[FpmRelaySettings]):
         self._stop_watches()
         s = self.settings
         async with self._lock:
-            for sub in self.subs.values():
-                await sub.stop_reading()
+            if self._hub is not None:
+                await self._hub.stop()
             task = self._publisher_task
             if task is not None and not task.done():
                 try:  # batches already read are still published
