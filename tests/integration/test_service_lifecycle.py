@@ -150,3 +150,33 @@ def test_bad_settings_exit_2_with_message(nats_server: NatsServer) -> None:
     )
     assert proc.returncode == 2
     assert b"'work_s' (--work-s, PLANNER_WORK_S)" in proc.stderr
+
+
+async def test_sigterm_with_nats_gone_still_exits_0(nats_server: NatsServer) -> None:
+    """NATS died first (a node drain, a crash): SIGTERM must still end the service cleanly and soon,
+    without a traceback, whatever nats-py has left to flush."""
+    port = free_port()
+    proc = start_echo(nats_server.url, port, work_s=1.0)
+    try:
+        await asyncio.to_thread(wait_healthy, port)
+        bus = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
+        await bus.publish(
+            Subjects(ns="t").traffic(), TrafficSample(namespace="t", start_s=0, interval_s=60, num_requests=1)
+        )
+        await bus.flush()
+        await bus.close()
+        await asyncio.sleep(0.3)  # the echo is working; its answer will find NATS gone
+        nats_server.kill()
+        await asyncio.sleep(1.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 30)
+        assert code == 0
+        assert time.monotonic() - t0 < 15
+        lines = logs(proc)
+        assert any(entry["event"] == "stopped" for entry in lines)
+        assert not any(entry.get("level") in ("error", "critical") for entry in lines), lines[-3:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

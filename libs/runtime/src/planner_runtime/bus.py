@@ -262,7 +262,9 @@ class Bus:
             return await self.js.create_key_value(cfg)
 
     async def close(self) -> None:
-        """Drain: stop receiving, flush what was published, then close."""
+        """Drain: stop receiving, flush what was published, then close. Never raises: with the
+        server gone, what is still buffered cannot be delivered (nats-py's own close then fails on
+        the dead socket); it is logged and dropped."""
         if self.nc.is_closed:
             return
         try:
@@ -270,7 +272,10 @@ class Bus:
         except (TimeoutError, nats.errors.Error, OSError):
             pass
         if not self.nc.is_closed:
-            await self.nc.close()
+            try:
+                await asyncio.wait_for(self.nc.close(), timeout=5.0)
+            except (TimeoutError, nats.errors.Error, OSError) as exc:
+                log.warning("nats_close_failed", error=str(exc) or type(exc).__name__)
 
 
 async def flush(nc: Client, timeout_s: float = 5.0) -> None:

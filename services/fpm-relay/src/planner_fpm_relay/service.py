@@ -357,7 +357,10 @@ class FpmRelayService(Service[FpmRelaySettings]):
             for key in list(self.subs):
                 await self._stop(key)
             self.scrapes.clear()
-            if self.membership is not None:
+            if self.membership is not None and not self.bus.connected:
+                # nothing to hand over through: the claims and the membership key expire on their TTL
+                self.log.warning("leave_skipped_nats_down", claims=len(self.membership.leases))
+            elif self.membership is not None:
                 try:
                     await asyncio.wait_for(self.membership.leave(), timeout=max(2.0, s.relay_ttl_s))
                 except TimeoutError:
