@@ -10,9 +10,9 @@ Wake-ups, not messages, are what costs at fleet scale: one relay follows hundred
 each send tens of passes per second, so per socket nearly every message arrives alone. Measured here
 at 330 engines x 10 FPM/s, relay CPU per message: 258 us with a task and a one-shot reader per
 socket (the earlier design), 184 us with per-socket readers feeding shared passes, 102 us with the
-selector. While messages keep coming, passes run on a timer ``batch_window_s`` apart and nothing
-wakes the loop in between; the first pass that finds nothing goes back to waiting on the selector,
-so an arrival after a quiet window is relayed at once. Added latency is at most one window
+selector. While messages keep coming (a pass found more than one), passes run on a timer
+``batch_window_s`` apart and nothing wakes the loop in between; a pass that finds one message or
+none goes back to waiting on the selector, so an arrival after a quiet window is relayed at once. Added latency is at most one window
 (``batch_window_s`` = 0: every arrival wakes a pass).
 
 The ZMQ FD is edge-like: it signals "something changed", not "a message is waiting", and it stays
@@ -273,6 +273,8 @@ class ReaderHub:
                     self._noted[sub] = None  # a backlog: on in the next pass, after the others ran
             if batches:
                 await out.put(batches)
-            flowing = bool(batches) and window > 0
+            # a pass that found a single message is sparse traffic: better woken by the next arrival
+            # than by a timer (which the loop rounds up to a whole millisecond)
+            flowing = window > 0 and (len(batches) > 1 or (len(batches) == 1 and len(batches[0].frames) > 1))
             if self._noted and not flowing:
                 await asyncio.sleep(0)
