@@ -239,8 +239,8 @@ class ReaderHub:
 
     async def run(self) -> None:
         """The passes, until cancelled (or :meth:`stop`). While messages keep coming (and the window
-        is not 0) the passes run on a timer, one window apart, without a wake-up per arrival; the
-        first pass that finds nothing goes back to waiting on the selector."""
+        is not 0) the passes run on a timer, one window apart, without a wake-up per arrival; a pass
+        that finds one message or none goes back to waiting on the selector."""
         self._task = asyncio.current_task()
         out, limit, window, clock = self._out, self._max_batch, self._window_s, self._loop.time
         last = -1e18  # when the last pass ran
