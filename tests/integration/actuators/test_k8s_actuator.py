@@ -127,3 +127,28 @@ async def test_scale_subresource_and_external_change(
             "/apis/apps/v1/namespaces/llm/statefulsets/dc",
         ),
     )
+
+
+async def test_decision_held_by_a_dead_predecessor_is_taken_at_once(
+    fake_kube: Any, recorder: Any, k8s_settings: Any, run_k8s: Any
+) -> None:
+    """A predecessor fetched a decision and died before recording it: the durable consumer would
+    hand it out again only after its ack wait (30 s); the new holder takes it from the stream now."""
+    fake_kube.add_dgd("llm-disagg", DISAGG)
+    settings = k8s_settings()
+    subjects = recorder.subjects
+    durable = f"actuator-k8s-{settings.actuator_id}"
+    held = await recorder.bus.js.pull_subscribe(
+        subjects.decision(), durable=durable, stream=subjects.decision_stream()
+    )
+    d = await recorder.decide({"decode": 2}, decision_id=7)
+    msgs = await held.fetch(batch=1, timeout=5)
+    assert len(msgs) == 1  # delivered to the "predecessor", never acked
+    await held.unsubscribe()
+    t0 = asyncio.get_running_loop().time()
+    async with run_k8s(settings):
+        await recorder.wait_ack(d, "accepted", timeout_s=10)
+        assert asyncio.get_running_loop().time() - t0 < 10
+        await recorder.wait_ack(d, "completed", timeout_s=15)
+    assert fake_kube.patches[-1]["spec"] == {"services": {"dc": {"replicas": 2}}}
+    assert recorder.acks_for(d).count("accepted") == 1

@@ -132,6 +132,7 @@ async def test_external_actuator_example(nats_server: NatsServer, tmp_path: Path
         await seen.wait_count(2)
         await wait_until(lambda: json.loads(state.read_text())["applied_decision_id"] == 2, 10)
         assert json.loads(state.read_text())["replicas"] == {"prefill": 5, "decode": 5}
+        await wait_until(lambda: len(acks) >= 4, 10)  # the state file is written before the acks land
         assert [(a["decision_id"], a["status"]) for a in acks] == [
             (1, "accepted"),
             (1, "completed"),

@@ -153,8 +153,18 @@ class CircusActuator(Service[CircusActuatorSettings]):
 
     async def _resume(self, last: ScalingDecision | None) -> None:
         """Carry on with the decision the previous holder accepted, so that it still gets its
-        ``completed`` (or ``failed``) ack; a decision it rejected has other desired counts."""
-        if last is None or last.decision_id != self.last_decision_id or last.advisory:
+        ``completed`` (or ``failed``) ack; a decision it rejected has other desired counts. A newer
+        one that no holder recorded (published during the hand-over, or fetched by a holder that
+        died before recording it) is accepted now: the consumer would hand it out again only after
+        its ack wait (30 s), and then it is ignored as not newer."""
+        if last is None:
+            return
+        newer = select([last], self.last_decision_id, self.settings.namespace).apply
+        if newer is not None:
+            self.log.info("decision_caught_up", decision_id=newer.decision_id)
+            await self._accept(newer)
+            return
+        if last.decision_id != self.last_decision_id or last.advisory:
             return
         targets = {c: n for c, n in last.targets.items() if c in self.managed}
         if last.namespace != self.settings.namespace or not targets:

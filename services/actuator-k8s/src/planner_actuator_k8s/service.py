@@ -108,7 +108,7 @@ class K8sActuator(Service[K8sActuatorSettings]):
             self.current, self.external_change = None, False
             await self._pass()
             feed = DecisionFeed(self.bus, self.subjects, f"actuator-k8s-{self.settings.actuator_id}")
-            self._resume(await feed.last())
+            await self._resume(await feed.last())
         await feed.start()
         self.feed = feed
         self.spawn(self._intake_loop(), "decisions", active=True)
@@ -119,9 +119,19 @@ class K8sActuator(Service[K8sActuatorSettings]):
         if hasattr(self, "feed"):
             await self.feed.close()
 
-    def _resume(self, last: ScalingDecision | None) -> None:
-        """Carry on with the decision the previous holder accepted, so that it still gets its ack."""
-        if last is None or last.decision_id != self.last_decision_id or last.advisory:
+    async def _resume(self, last: ScalingDecision | None) -> None:
+        """Carry on with the decision the previous holder accepted, so that it still gets its ack.
+        A newer one that no holder recorded (published during the hand-over, or fetched by a holder
+        that died before recording it) is accepted now: the consumer would hand it out again only
+        after its ack wait (30 s), and then it is ignored as not newer."""
+        if last is None:
+            return
+        newer = select([last], self.last_decision_id, self.settings.namespace).apply
+        if newer is not None:
+            self.log.info("decision_caught_up", decision_id=newer.decision_id)
+            await self._accept(newer)
+            return
+        if last.decision_id != self.last_decision_id or last.advisory:
             return
         if last.namespace != self.settings.namespace or not last.targets:
             return
