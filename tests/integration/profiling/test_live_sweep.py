@@ -58,9 +58,13 @@ def test_live_sweep_spawned_engine_sim(shared_data: Path, tmp_path: Path) -> Non
     )
     r = results[0]
     assert r.decode.max_kv_tokens == r.limits.max_kv_tokens > 0
-    for isl, ttft in zip(r.prefill.isl_tokens, r.prefill.ttft_ms, strict=True):
-        expected = lone_ttft_s(timing, int(isl), 4096) * 1000
-        assert ttft == pytest.approx(expected, rel=0.35, abs=8.0), isl
+    expected_ttft = [lone_ttft_s(timing, int(isl), 4096) * 1000 for isl in r.prefill.isl_tokens]
+    # each request also pays the transport's round trip (stretched by prefill_compression): one
+    # offset, never negative and small; on top of it the TTFT grows with ISL as the model says
+    offset = min(t - e for t, e in zip(r.prefill.ttft_ms, expected_ttft, strict=True))
+    assert -2.0 <= offset <= 15.0, offset
+    for isl, ttft, expected in zip(r.prefill.isl_tokens, r.prefill.ttft_ms, expected_ttft, strict=True):
+        assert ttft - offset == pytest.approx(expected, rel=0.35, abs=4.0), isl
     for kv, ctx, itl in zip(r.decode.kv_usage, r.decode.context_length_tokens, r.decode.itl_ms, strict=True):
         n = round(kv * r.decode.max_kv_tokens / ctx)
         expected = timing.pass_time_s(0, 0, n, int(n * ctx)) * 1000
