@@ -2,11 +2,11 @@
 ZMQ to NATS unchanged, scrapes engines without FPM, and shares the engines with other relays.
 
 Tasks: one hub reading every ZMQ socket (:mod:`zmqsub`) feeding one publisher (:mod:`publisher`)
-through a queue, one item per pass; a watch of ``planner_engines`` and of the relay membership (:mod:`kvmirror`); a reconcile
-loop that turns "engines known" and "members alive" into sockets opened and closed (:mod:`sharding`
-decides, :mod:`membership` holds the claims); the membership key refresh (loop ``membership``); the
-claim renewal rounds (loop ``heartbeat``, rounds back to back on a ``relay_heartbeat_s`` cadence:
-its tick time is the time one round of renewals takes); a scrape tick.
+through a queue, one item per pass; a watch of ``planner_engines`` and of the relay membership
+(:mod:`kvmirror`); a reconcile loop that turns "engines known" and "members alive" into sockets
+opened and closed (:mod:`sharding` decides, :mod:`membership` holds the claims); the membership key
+refresh (loop ``membership``); the claim renewal rounds (loop ``heartbeat``, rounds back to back on a
+``relay_heartbeat_s`` cadence: its tick time is the time one round of renewals takes); a scrape tick.
 
 Stopping: ``drain`` stops the KV watches and the publisher by flag as well as by cancellation (see
 :mod:`kvmirror`: on Python 3.11 a cancellation can be lost inside nats-py), bounds every wait on
