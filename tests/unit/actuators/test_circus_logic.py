@@ -9,7 +9,7 @@ from planner_actuator_circus.planning import allocate, budget_error, next_index,
 from planner_actuator_circus.settings import CircusActuatorSettings, parse_component_map
 from planner_actuator_circus.state import Phase, WorkerRecord, name_pattern, parse_watcher_name, watcher_name
 from planner_proto import Component, ScalingDecision
-from planner_runtime.decisions import select
+from planner_runtime.decisions import on_takeover, select
 from planner_runtime.settings import SettingsError, load_settings
 
 TEMPLATE = "/usr/bin/engine --worker-id {worker_id} --component={component} --url {nats_url} x{index}"
@@ -167,3 +167,23 @@ def test_select(
     assert (sel.apply.decision_id if sel.apply else None) == apply
     assert [x.decision_id for x in sel.superseded] == superseded
     assert sorted(x.decision_id for x in sel.ignored) == ignored
+
+
+@pytest.mark.parametrize(
+    ("last", "applied", "accept", "resume"),
+    [
+        (None, 4, None, None),
+        (d(5), 4, 5, None),  # nobody recorded it: accepted at once, not after the ack wait
+        (d(4), 4, None, 4),  # the predecessor's: carried on to its completed ack
+        (d(3), 4, None, None),  # older than what was applied (cannot happen with one stream)
+        (d(5, advisory=True), 4, None, None),
+        (d(4, advisory=True), 4, None, None),
+        (d(5, ns="other"), 4, None, None),
+    ],
+)
+def test_on_takeover(
+    last: ScalingDecision | None, applied: int, accept: int | None, resume: int | None
+) -> None:
+    take = on_takeover(last, applied, "t")
+    assert (take.accept.decision_id if take.accept else None) == accept
+    assert (take.resume.decision_id if take.resume else None) == resume

@@ -48,7 +48,7 @@ from planner_proto import (
 )
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S, STATE_BUCKET
 from planner_runtime.bus import kv_get, kv_put
-from planner_runtime.decisions import DecisionFeed, StatusPublisher, select
+from planner_runtime.decisions import DecisionFeed, StatusPublisher, on_takeover, select
 from planner_runtime.service import Service
 
 KILL_GRACE_S = 10.0
@@ -152,22 +152,16 @@ class CircusActuator(Service[CircusActuatorSettings]):
         self.log.info("state_loaded", workers=len(self.workers), last_decision_id=self.last_decision_id)
 
     async def _resume(self, last: ScalingDecision | None) -> None:
-        """Carry on with the decision the previous holder accepted, so that it still gets its
-        ``completed`` (or ``failed``) ack; a decision it rejected has other desired counts. A newer
-        one that no holder recorded (published during the hand-over, or fetched by a holder that
-        died before recording it) is accepted now: the consumer would hand it out again only after
-        its ack wait (30 s), and then it is ignored as not newer."""
-        if last is None:
+        """Take over the newest decision on the stream (:func:`on_takeover`); one the previous holder
+        rejected has other desired counts and is not resumed."""
+        take = on_takeover(last, self.last_decision_id, self.settings.namespace)
+        if take.accept is not None:
+            self.log.info("decision_caught_up", decision_id=take.accept.decision_id)
+            await self._accept(take.accept)
             return
-        newer = select([last], self.last_decision_id, self.settings.namespace).apply
-        if newer is not None:
-            self.log.info("decision_caught_up", decision_id=newer.decision_id)
-            await self._accept(newer)
-            return
-        if last.decision_id != self.last_decision_id or last.advisory:
-            return
-        targets = {c: n for c, n in last.targets.items() if c in self.managed}
-        if last.namespace != self.settings.namespace or not targets:
+        last = take.resume
+        targets = {c: n for c, n in last.targets.items() if c in self.managed} if last else {}
+        if last is None or not targets:
             return
         if all(self.desired.get(c) == n for c, n in targets.items()):
             self.current = last

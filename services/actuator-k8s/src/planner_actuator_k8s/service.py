@@ -42,7 +42,7 @@ from planner_proto import (
 )
 from planner_proto.subjects import STATE_BUCKET
 from planner_runtime.bus import kv_get, kv_put
-from planner_runtime.decisions import DecisionFeed, StatusPublisher, select
+from planner_runtime.decisions import DecisionFeed, StatusPublisher, on_takeover, select
 from planner_runtime.service import Service
 
 KNOWN_COMPONENTS = frozenset(c.value for c in Component)
@@ -120,20 +120,14 @@ class K8sActuator(Service[K8sActuatorSettings]):
             await self.feed.close()
 
     async def _resume(self, last: ScalingDecision | None) -> None:
-        """Carry on with the decision the previous holder accepted, so that it still gets its ack.
-        A newer one that no holder recorded (published during the hand-over, or fetched by a holder
-        that died before recording it) is accepted now: the consumer would hand it out again only
-        after its ack wait (30 s), and then it is ignored as not newer."""
-        if last is None:
+        """Take over the newest decision on the stream (:func:`on_takeover`)."""
+        take = on_takeover(last, self.last_decision_id, self.settings.namespace)
+        if take.accept is not None:
+            self.log.info("decision_caught_up", decision_id=take.accept.decision_id)
+            await self._accept(take.accept)
             return
-        newer = select([last], self.last_decision_id, self.settings.namespace).apply
-        if newer is not None:
-            self.log.info("decision_caught_up", decision_id=newer.decision_id)
-            await self._accept(newer)
-            return
-        if last.decision_id != self.last_decision_id or last.advisory:
-            return
-        if last.namespace != self.settings.namespace or not last.targets:
+        last = take.resume
+        if last is None or not last.targets:
             return
         if all(c in KNOWN_COMPONENTS and c in self._components() for c in last.targets):
             self.desired.update(last.targets)
