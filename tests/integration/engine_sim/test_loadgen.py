@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from planner_loadgen.service import LoadgenService
 from planner_proto import EngineInfo, GenerateRequest, Subjects, TokenChunk, TrafficSample, decode, encode
 from planner_proto.subjects import ENGINES_BUCKET
 from planner_runtime.bus import Bus, kv_get, kv_put
@@ -48,6 +49,14 @@ async def fake_engine(
         await kv.delete(key)
 
     return remove
+
+
+async def run_beside_fake(url: str, **extra: Any) -> LoadgenService:
+    """A short constant load over two engines: a fake one (:func:`fake_engine`) and a real one."""
+    return await run_loadgen(
+        url, shape="constant", rate_per_s=20.0, duration_s=1.0, isl_tokens=256, osl_tokens=8, min_engines=2,
+        **extra,
+    )  # fmt: skip
 
 
 async def test_ttft_rises_with_offered_load(
@@ -159,16 +168,7 @@ async def test_dead_engine_request_is_failed_and_run_goes_on(
 
     remove_zombie = await fake_engine(bus, "zombie", half_answer)
     await start_engine("healthy")
-    lg = await run_loadgen(
-        nats_server.url,
-        shape="constant",
-        rate_per_s=20.0,
-        duration_s=1.0,
-        isl_tokens=256,
-        osl_tokens=8,
-        min_engines=2,
-        stall_timeout_s=0.8,
-    )
+    lg = await run_beside_fake(nats_server.url, stall_timeout_s=0.8)
     failed = [r for r in lg.results if not r.ok]
     ok = [r for r in lg.results if r.ok]
     assert failed and ok and len(lg.results) == len(lg.workload.requests if lg.workload else [])
@@ -194,15 +194,7 @@ async def test_rejected_requests_are_retried_elsewhere(
 
     remove_nope = await fake_engine(bus, "nope", reject)
     await start_engine("good")
-    lg = await run_loadgen(
-        nats_server.url,
-        shape="constant",
-        rate_per_s=20.0,
-        duration_s=1.0,
-        isl_tokens=256,
-        osl_tokens=8,
-        min_engines=2,
-    )
+    lg = await run_beside_fake(nats_server.url)
     assert lg.results and all(r.ok and r.workers == ["good"] for r in lg.results)
     assert any(r.attempts == 2 for r in lg.results), "some requests went to the rejecting engine first"
     await remove_nope()
@@ -234,16 +226,7 @@ async def test_request_that_never_got_a_token_is_retried(
 
     remove_hole = await fake_engine(bus, "hole", swallow)
     await start_engine("healthy")
-    lg = await run_loadgen(
-        nats_server.url,
-        shape="constant",
-        rate_per_s=20.0,
-        duration_s=1.0,
-        isl_tokens=256,
-        osl_tokens=8,
-        min_engines=2,
-        stall_timeout_s=0.8,
-    )
+    lg = await run_beside_fake(nats_server.url, stall_timeout_s=0.8)
     assert swallowed, "the black hole should have received some requests"
     assert all(r.ok for r in lg.results), [r.error for r in lg.results if not r.ok]
     assert len(lg.results) == len(lg.workload.requests if lg.workload else [])
