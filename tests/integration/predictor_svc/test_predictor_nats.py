@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,38 +19,12 @@ from planner_runtime.bus import Bus
 from planner_runtime.natsd import NatsServer
 from planner_runtime.settings import BaseSettings
 
+from ..inbox import Inbox
+
 pytestmark = pytest.mark.integration
 
 NS = "t"
 SUBJECTS = Subjects(ns=NS)
-
-
-class Forecasts:
-    def __init__(self) -> None:
-        self.got: list[LoadForecast] = []
-        self._new = asyncio.Event()
-
-    async def on(self, fc: LoadForecast, subject: str) -> None:
-        self.got.append(fc)
-        self._new.set()
-
-    async def wait(self, pred: Callable[[LoadForecast], bool], timeout_s: float = 10.0) -> LoadForecast:
-        since = len(self.got)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while True:
-            for fc in self.got[since:]:
-                if pred(fc):
-                    return fc
-            since = len(self.got)
-            left = deadline - loop.time()
-            if left <= 0:
-                raise AssertionError(f"no matching forecast in {timeout_s} s; last: {self.got[-1:]}")
-            self._new.clear()
-            try:
-                await asyncio.wait_for(self._new.wait(), timeout=left)
-            except TimeoutError:
-                pass
 
 
 @pytest.fixture
@@ -82,7 +56,7 @@ async def feed(client: Bus, stop: asyncio.Event, n: float, isl: float | None = 1
 
 
 async def test_traffic_in_forecast_out(no_task_leak: None, nats_server: NatsServer, client: Bus) -> None:
-    fcs = Forecasts()
+    fcs = Inbox[LoadForecast]()
     await client.subscribe(SUBJECTS.forecast(), LoadForecast, fcs.on)
     svc = PredictorService(make_settings(nats_server.url, min_intervals=2))
     run = asyncio.create_task(svc.run())
@@ -160,7 +134,7 @@ async def test_warm_start_from_trace(
         for k in range(240)
     ]
     trace.write_text("\n".join(lines) + "\n")
-    fcs = Forecasts()
+    fcs = Inbox[LoadForecast]()
     await client.subscribe(SUBJECTS.forecast(), LoadForecast, fcs.on)
     svc = PredictorService(
         make_settings(

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ from planner_runtime.bus import Bus, kv_put
 from planner_runtime.natsd import NatsServer, free_port
 from planner_runtime.settings import BaseSettings
 
+from ..inbox import Inbox
+
 pytestmark = pytest.mark.integration
 
 NS = "t"
@@ -54,37 +56,6 @@ def decode_pass(i: int, slow: float = 1.0, worker: str = "w") -> ForwardPassMetr
         scheduled_requests=ScheduledRequestMetrics(num_decode_requests=n, sum_decode_kv_tokens=kv),
         queued_requests=QueuedRequestMetrics(num_decode_requests=1, sum_decode_kv_tokens=500),
     )
-
-
-class Snapshots:
-    """Collects ComponentSnapshots and waits for one that satisfies a predicate."""
-
-    def __init__(self) -> None:
-        self.got: list[ComponentSnapshot] = []
-        self._new = asyncio.Event()
-
-    async def on(self, snap: ComponentSnapshot, subject: str) -> None:
-        self.got.append(snap)
-        self._new.set()
-
-    async def wait(
-        self, pred: Callable[[ComponentSnapshot], bool], timeout_s: float = 10.0, since: int = 0
-    ) -> ComponentSnapshot:
-        """The newest snapshot (among those from index ``since`` on) that satisfies ``pred``."""
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
-            for snap in reversed(self.got[since:]):
-                if pred(snap):
-                    return snap
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0:
-                last = self.got[-1] if self.got else None
-                raise AssertionError(f"no matching snapshot within {timeout_s} s; last: {last}")
-            self._new.clear()
-            try:
-                await asyncio.wait_for(self._new.wait(), timeout=left)
-            except TimeoutError:
-                pass
 
 
 @pytest.fixture
@@ -122,7 +93,7 @@ async def test_fit_heartbeats_cold_start_and_bad_payloads(
 ) -> None:
     svc = RegressionService(settings(nats_server.url, components=["decode", "prefill"]))
     run = asyncio.create_task(svc.run())
-    snaps = Snapshots()
+    snaps = Inbox[ComponentSnapshot](history=True)
     await client.subscribe(SUBJECTS.state("decode"), ComponentSnapshot, snaps.on)
     try:
         await snaps.wait(lambda s: True)  # the service is up and ticking
@@ -245,7 +216,7 @@ def stop_process(proc: subprocess.Popen[bytes], log: Path) -> list[dict[str, Any
 async def test_restarted_service_keeps_its_model(
     nats_server: NatsServer, client: Bus, tmp_path: Path
 ) -> None:
-    snaps = Snapshots()
+    snaps = Inbox[ComponentSnapshot](history=True)
     await client.subscribe(SUBJECTS.state("decode"), ComponentSnapshot, snaps.on)
     # persist only at shutdown: the second process can only know the model from the SIGTERM save
     log1, log2 = tmp_path / "first.log", tmp_path / "second.log"
