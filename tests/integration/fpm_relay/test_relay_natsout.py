@@ -44,3 +44,36 @@ async def test_batch_publish_fast_and_fallback(nats_server: NatsServer) -> None:
     finally:
         await pub.close()
         await sub.close()
+
+
+async def test_batch_over_max_payload(nats_server: NatsServer) -> None:
+    """A batch bigger than the server's max_payload in all still goes out whole; a single payload over
+    it is refused, reported to on_drop, and the rest of its batch goes out."""
+    pub = await nats.connect(nats_server.url)
+    sub = await nats.connect(nats_server.url)
+    got: list[bytes] = []
+    drops: list[tuple[str, int]] = []
+
+    async def cb(msg: Msg) -> None:
+        got.append(msg.data)
+
+    try:
+        await sub.subscribe("planner.t.fpm.>", cb=cb)
+        await flush(sub)
+        out = NatsOut(pub, lambda reason, n: drops.append((reason, n)))
+        subject = "planner.t.fpm.agg.w0"
+        limit = pub._max_payload
+        many = [bytes([i]) * (limit // 8) for i in range(12)]  # 1.5x the limit in all, each 1/8 of it
+        mixed = [b"a", b"x" * (limit + 1), b"b"]
+        assert await out.publish(subject, pub_header(subject), many, sum(map(len, many))) == (0, 0)
+        assert await out.publish(subject, pub_header(subject), mixed, sum(map(len, mixed))) == (1, limit + 1)
+        await flush(pub)
+        for _ in range(100):
+            if len(got) >= len(many) + 2:
+                break
+            await asyncio.sleep(0.05)
+        assert got == [*many, b"a", b"b"]
+        assert drops == [("MaxPayloadError", 1)]
+    finally:
+        await pub.close()
+        await sub.close()

@@ -23,6 +23,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from planner_fpm_relay.metrics import RelayMetrics
+from planner_fpm_relay.natsout import CRLF as _CRLF
 from planner_fpm_relay.natsout import NatsOut
 from planner_fpm_relay.sequence import advance
 from planner_fpm_relay.validate import FastCheckError, fast_check, slow_reason
@@ -114,8 +115,10 @@ class Publisher:
         validate = self.validate
         check = fast_check
         last = sub.last_seq
-        good: list[bytes] = []
-        append = good.append
+        header = sub.pub_header
+        fmt, crlf = header or b"%d", _CRLF
+        parts: list[bytes] = []  # the batch's PUB commands, built in the same pass (see NatsOut)
+        append = parts.append
         nbytes = dropped = restarts = 0
         from_bytes = int.from_bytes
         for frames in frames_list:
@@ -138,13 +141,16 @@ class Publisher:
                     if reason is not None:
                         self.count_bad(subject, reason)
                         continue
+            size = len(payload)
+            append(fmt % size)
             append(payload)
-            nbytes += len(payload)
+            append(crlf)
+            nbytes += size
         sub.last_seq = last
         m = self.metrics
-        sent = len(good)
+        sent = len(parts) // 3
         if sent:
-            not_sent, not_sent_bytes = await self.out.publish(subject, sub.pub_header, good, nbytes)
+            not_sent, not_sent_bytes = await self.out.publish_parts(subject, header, parts, nbytes)
             sent -= not_sent  # the refused ones are counted by reason in publish_drops
             nbytes -= not_sent_bytes
         if sent:
