@@ -84,6 +84,7 @@ class FrameReader:
         noblock, rcvmore = zmq.NOBLOCK, zmq.RCVMORE
         batch: list[Frames] = []
         append = batch.append
+        more: int  # RCVMORE: a bool from a Frame, an int from get()
         try:
             while len(batch) < limit:
                 if len(batch) <= _PEEK and batch and not get(_EVENTS) & _POLLIN:
