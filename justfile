@@ -69,7 +69,7 @@ fuzz examples="17000": setup
 bench-engine-sim *args: setup
     uv run python benchmarks/bench_engine_sim.py "$@"
 
-# relay throughput vs the raw NATS ceiling, added latency at 1k and 10k msg/s
+# relay throughput vs the raw NATS ceiling (engine live, and a queued backlog), added latency at 1k and 10k msg/s
 bench-relay *args: setup
     uv run python benchmarks/bench_relay.py "$@"
 

@@ -4,6 +4,10 @@
     this process (the same subscriber measures everything).
 (b) relay end to end: a ZMQ PUB process (the "engine") -> the relay service in its own process (default
     settings: validation and sharding on) -> NATS -> the same subscriber.
+(c) relay, backlog: as (b), but the relay is paused (SIGSTOP) while the engine sends, and resumed when
+    the clock starts. On this 2-core machine the engine emulator's sending otherwise takes CPU from the
+    relay and the subscriber, which a real engine on its own host does not; (b) then measures the
+    sharing of 2 cores by 4 busy processes as much as the relay. Both are printed against (a).
 Throughput is counted at the subscriber (first to last message of a blast). Latency runs send at a
 fixed rate; each payload is a valid FPM whose ``counter_id`` indexes the send-time table written by
 the sending process (CLOCK_MONOTONIC is shared by all processes), so latency = receive - send.
