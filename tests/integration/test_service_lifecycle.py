@@ -109,6 +109,9 @@ async def test_metrics_health_and_reconnect(nats_server: NatsServer) -> None:
         await asyncio.to_thread(wait_healthy, port)
         status, body = await asyncio.to_thread(http_get, port, "/metrics")
         assert status == 200 and 'planner_up{service="echo"} 1.0' in body
+        # the standard process series, for CPU and memory per service
+        assert "process_cpu_seconds_total " in body and "process_resident_memory_bytes " in body
+        assert 'python_info{implementation="CPython"' in body
         status, body = await asyncio.to_thread(http_get, port, "/nope")
         assert status == 404
 

@@ -23,7 +23,14 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 
 from planner_proto import Subjects
 from planner_runtime.bus import Bus
@@ -45,6 +52,9 @@ class Service(Generic[S]):
     def __init__(self, settings: S) -> None:
         self.settings = settings
         self.registry = CollectorRegistry()
+        # the standard process_* (CPU, memory, open fds) and python_info series of every exporter
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         self.subjects = Subjects(ns=settings.namespace, prefix=settings.subject_prefix)
         self.log = get_logger(f"planner.{self.name}")
         self.stopping = asyncio.Event()
