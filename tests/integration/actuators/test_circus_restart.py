@@ -95,6 +95,8 @@ async def test_restarted_actuator_keeps_its_workers(
         d3 = await recorder.decide({"prefill": 1, "decode": 1})
         await recorder.wait_ack(d3, "completed", timeout_s=45)
         assert sorted(circusd.watchers()) == ["t_decode_0", "t_prefill_0"]
+        # d1 was completed before the restart: the new instance does not complete it again
+        assert recorder.acks_for(d1) == ["accepted", "completed"]
     finally:
         stop_proc(first)
         if second is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -152,3 +153,22 @@ async def test_decision_held_by_a_dead_predecessor_is_taken_at_once(
         await recorder.wait_ack(d, "completed", timeout_s=15)
     assert fake_kube.patches[-1]["spec"] == {"services": {"dc": {"replicas": 2}}}
     assert recorder.acks_for(d).count("accepted") == 1
+
+
+async def test_a_completed_decision_is_not_completed_again_after_a_restart(
+    fake_kube: Any, recorder: Any, k8s_settings: Any, run_k8s: Any
+) -> None:
+    fake_kube.add_dgd("llm-disagg", DISAGG)
+    settings = k8s_settings()
+    async with run_k8s(settings):
+        d = await recorder.decide({"decode": 2}, decision_id=4)
+        await recorder.wait_ack(d, "completed", timeout_s=15)
+    restarted = time.time()
+    async with run_k8s(settings):
+        await recorder.wait_status(
+            lambda s: s.at_s > restarted and s.last_decision_id == d and s.components["decode"].ready == 2
+        )
+        await asyncio.sleep(1.0)  # five polls of the API by the new holder
+        writes = fake_kube.count("PATCH")
+    assert recorder.acks_for(d) == ["accepted", "completed"]
+    assert writes == 1

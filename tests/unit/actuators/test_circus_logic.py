@@ -170,20 +170,23 @@ def test_select(
 
 
 @pytest.mark.parametrize(
-    ("last", "applied", "accept", "resume"),
+    ("last", "applied", "completed", "accept", "resume"),
     [
-        (None, 4, None, None),
-        (d(5), 4, 5, None),  # nobody recorded it: accepted at once, not after the ack wait
-        (d(4), 4, None, 4),  # the predecessor's: carried on to its completed ack
-        (d(3), 4, None, None),  # older than what was applied (cannot happen with one stream)
-        (d(5, advisory=True), 4, None, None),
-        (d(4, advisory=True), 4, None, None),
-        (d(5, ns="other"), 4, None, None),
+        (None, 4, 0, None, None),
+        (d(5), 4, 0, 5, None),  # nobody recorded it: accepted at once, not after the ack wait
+        (d(5), 4, 4, 5, None),
+        (d(4), 4, 0, None, 4),  # the predecessor's: carried on to its completed ack
+        (d(4), 4, 3, None, 4),
+        (d(4), 4, 4, None, None),  # already acked completed: not completed twice
+        (d(3), 4, 0, None, None),  # older than what was applied (cannot happen with one stream)
+        (d(5, advisory=True), 4, 0, None, None),
+        (d(4, advisory=True), 4, 0, None, None),
+        (d(5, ns="other"), 4, 0, None, None),
     ],
 )
 def test_on_takeover(
-    last: ScalingDecision | None, applied: int, accept: int | None, resume: int | None
+    last: ScalingDecision | None, applied: int, completed: int, accept: int | None, resume: int | None
 ) -> None:
-    take = on_takeover(last, applied, "t")
+    take = on_takeover(last, applied, "t", completed)
     assert (take.accept.decision_id if take.accept else None) == accept
     assert (take.resume.decision_id if take.resume else None) == resume

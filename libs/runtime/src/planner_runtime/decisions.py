@@ -52,19 +52,26 @@ class Takeover:
     """The last applied one: carry it on to its ``completed`` (or ``failed``) ack."""
 
 
-def on_takeover(last: ScalingDecision | None, last_applied_id: int, namespace: str) -> Takeover:
+def on_takeover(
+    last: ScalingDecision | None, last_applied_id: int, namespace: str, completed_id: int = 0
+) -> Takeover:
     """What a newly active actuator does with the newest decision on the stream (``last``).
 
     A decision newer than the last applied one was published during the hand-over or fetched by a
     holder that died before recording it: the durable consumer would hand it out again only after its
     ack wait (30 s), and then it is ignored as not newer, so it is accepted at once. The last applied
-    one is resumed (the actuator checks that its own state still matches it)."""
+    one is resumed (the actuator checks that its own state still matches it), unless it was already
+    acked ``completed`` (``completed_id``): completing it again would tell watchers twice."""
     if last is None:
         return Takeover()
     newer = select([last], last_applied_id, namespace).apply
     if newer is not None:
         return Takeover(accept=newer)
-    if last.decision_id == last_applied_id and not last.advisory and last.namespace == namespace:
+    if (
+        last.decision_id == last_applied_id != completed_id
+        and not last.advisory
+        and last.namespace == namespace
+    ):
         return Takeover(resume=last)
     return Takeover()
 

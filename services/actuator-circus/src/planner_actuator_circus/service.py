@@ -72,6 +72,7 @@ class CircusActuator(Service[CircusActuatorSettings]):
         self.workers: dict[str, WorkerRecord] = {}
         self.desired: dict[str, int] = {}
         self.last_decision_id = 0
+        self.completed_decision_id = 0
         self.current: ScalingDecision | None = None
         self.accepted_at = 0.0
         self.external_change = False
@@ -147,6 +148,7 @@ class CircusActuator(Service[CircusActuatorSettings]):
         self.workers = dict(stored.workers)
         self.desired = dict(stored.desired)
         self.last_decision_id = stored.last_decision_id
+        self.completed_decision_id = stored.completed_decision_id
         self.current, self.external_change = None, False
         self.ready, self.restarts, self.drains = set(), {}, {}
         self.log.info("state_loaded", workers=len(self.workers), last_decision_id=self.last_decision_id)
@@ -154,7 +156,7 @@ class CircusActuator(Service[CircusActuatorSettings]):
     async def _resume(self, last: ScalingDecision | None) -> None:
         """Take over the newest decision on the stream (:func:`on_takeover`); one the previous holder
         rejected has other desired counts and is not resumed."""
-        take = on_takeover(last, self.last_decision_id, self.settings.namespace)
+        take = on_takeover(last, self.last_decision_id, self.settings.namespace, self.completed_decision_id)
         if take.accept is not None:
             self.log.info("decision_caught_up", decision_id=take.accept.decision_id)
             await self._accept(take.accept)
@@ -571,6 +573,8 @@ class CircusActuator(Service[CircusActuatorSettings]):
         if done:
             await self._ack(d, AckStatus.COMPLETED)
             self.current = None
+            self.completed_decision_id = d.decision_id
+            await self._persist()
         elif asyncio.get_running_loop().time() - self.accepted_at > self.settings.ready_timeout_s:
             await self._fail_current(
                 f"ready_timeout: not at target after {self.settings.ready_timeout_s:g} s"
@@ -613,7 +617,10 @@ class CircusActuator(Service[CircusActuatorSettings]):
 
     async def _persist(self) -> None:
         state = ActuatorState(
-            workers=dict(self.workers), desired=dict(self.desired), last_decision_id=self.last_decision_id
+            workers=dict(self.workers),
+            desired=dict(self.desired),
+            last_decision_id=self.last_decision_id,
+            completed_decision_id=self.completed_decision_id,
         )
         try:
             await kv_put(self.state_kv, self.state_key, state)

@@ -34,6 +34,8 @@ class ActuatorState(msgspec.Struct, frozen=True, kw_only=True):
     workers: dict[str, WorkerRecord] = {}
     desired: dict[str, Annotated[int, Meta(ge=0)]] = {}
     last_decision_id: Annotated[int, Meta(ge=0)] = 0
+    completed_decision_id: Annotated[int, Meta(ge=0)] = 0
+    """The last decision acked ``completed``: a new holder does not complete it again."""
 
 
 def watcher_name(namespace: str, component: str, index: int) -> str:

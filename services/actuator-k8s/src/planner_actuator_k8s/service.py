@@ -50,6 +50,8 @@ KNOWN_COMPONENTS = frozenset(c.value for c in Component)
 
 class K8sState(msgspec.Struct, frozen=True, kw_only=True):
     last_decision_id: Annotated[int, Meta(ge=0)] = 0
+    completed_decision_id: Annotated[int, Meta(ge=0)] = 0
+    """The last decision acked ``completed``: a new holder does not complete it again."""
     expected: dict[str, Annotated[int, Meta(ge=0)]] = {}
     """Replica counts as last written (or adopted) by this actuator: anything else is an outside edit."""
 
@@ -67,6 +69,7 @@ class K8sActuator(Service[K8sActuatorSettings]):
         self.expected: dict[str, int] = {}
         self.desired: dict[str, int] = {}
         self.last_decision_id = 0
+        self.completed_decision_id = 0
         self.current: ScalingDecision | None = None
         self.accepted_at = 0.0
         self.external_change = False
@@ -103,6 +106,7 @@ class K8sActuator(Service[K8sActuatorSettings]):
                 stored = None
             stored = stored or K8sState()
             self.last_decision_id = stored.last_decision_id
+            self.completed_decision_id = stored.completed_decision_id
             self.expected = dict(stored.expected)
             self.observed, self.desired = {}, {}
             self.current, self.external_change = None, False
@@ -121,7 +125,7 @@ class K8sActuator(Service[K8sActuatorSettings]):
 
     async def _resume(self, last: ScalingDecision | None) -> None:
         """Take over the newest decision on the stream (:func:`on_takeover`)."""
-        take = on_takeover(last, self.last_decision_id, self.settings.namespace)
+        take = on_takeover(last, self.last_decision_id, self.settings.namespace, self.completed_decision_id)
         if take.accept is not None:
             self.log.info("decision_caught_up", decision_id=take.accept.decision_id)
             await self._accept(take.accept)
@@ -265,6 +269,8 @@ class K8sActuator(Service[K8sActuatorSettings]):
         ):
             await self._ack(d, AckStatus.COMPLETED)
             self.current = None
+            self.completed_decision_id = d.decision_id
+            await self._persist()
         elif asyncio.get_running_loop().time() - self.accepted_at > self.settings.ready_timeout_s:
             await self._fail_current(
                 f"ready_timeout: not at target after {self.settings.ready_timeout_s:g} s"
@@ -315,7 +321,11 @@ class K8sActuator(Service[K8sActuatorSettings]):
         await self._status_pub.maybe_publish(self.replica_status(), now_s)
 
     async def _persist(self) -> None:
-        state = K8sState(last_decision_id=self.last_decision_id, expected=dict(self.expected))
+        state = K8sState(
+            last_decision_id=self.last_decision_id,
+            completed_decision_id=self.completed_decision_id,
+            expected=dict(self.expected),
+        )
         try:
             await kv_put(self.state_kv, self.state_key, state)
         except (nats.errors.Error, OSError) as exc:
