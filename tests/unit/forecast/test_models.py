@@ -126,9 +126,14 @@ def test_prophet_absent_raises_a_clear_error() -> None:
 def test_prophet_forecasts_when_installed() -> None:
     if not prophet_available():
         pytest.skip("prophet is not installed")
-    f = SeriesForecaster(ForecastConfig(model="prophet"))
-    f.warm_start([10.0, 12.0, 11.0, 13.0, 12.0, 14.0])
-    assert f.forecast().mean is not None
+    trend = SeriesForecaster(ForecastConfig(model="prophet"))
+    trend.warm_start([10.0 + 2 * i for i in range(16)])
+    fc = trend.forecast()
+    assert fc.model == "prophet" and fc.mean == pytest.approx(42.0, abs=2.0)  # the next step of the line
+    assert fc.upper is not None and fc.upper >= fc.mean
+    flat = SeriesForecaster(ForecastConfig(model="prophet"))
+    flat.warm_start([20.0] * 12)
+    assert flat.forecast().mean == pytest.approx(20.0, abs=1.0)
 
 
 def test_unknown_model_named_in_error() -> None:
