@@ -202,3 +202,21 @@ def test_embedded_server_dies_with_its_parent(tmp_path: Path) -> None:
         time.sleep(0.1)
     os.kill(child, signal.SIGKILL)
     raise AssertionError("nats-server outlived its parent")
+
+
+async def test_only_a_real_outage_is_a_disconnect(
+    nats_server: NatsServer, no_task_leak: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing the bus is not a disconnect: no warning, not counted (every service's clean stop
+    logged one). A server that goes away still is."""
+    with caplog.at_level("DEBUG", logger="planner.bus"):
+        bus = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
+        await bus.close()
+        assert bus.metrics.disconnects._value.get() == 0
+        assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+
+        bus = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
+        nats_server.restart()
+        await _wait(lambda: bus.metrics.disconnects._value.get() >= 1)
+        assert any(r.levelname == "WARNING" and "nats_disconnected" in r.getMessage() for r in caplog.records)
+        await bus.close()

@@ -102,6 +102,9 @@ class Bus:
         opts = connect_options(settings)
 
         async def on_disconnect() -> None:
+            if nc.is_closed:  # our own close (nats-py calls this callback then too): nothing wrong
+                log.debug("nats_closed")
+                return
             metrics.disconnects.inc()
             log.warning("nats_disconnected")
 
