@@ -8,6 +8,8 @@
     the clock starts. On this 2-core machine the engine emulator's sending otherwise takes CPU from the
     relay and the subscriber, which a real engine on its own host does not; (b) then measures the
     sharing of 2 cores by 4 busy processes as much as the relay. Both are printed against (a).
+(d) with --naive: a relay written the straightforward way (``await recv_multipart()``, the same checks,
+    ``await publish()`` per message) in place of the relay service, throughput only.
 Throughput is counted at the subscriber (first to last message of a blast). Latency runs send at a
 fixed rate; each payload is a valid FPM whose ``counter_id`` indexes the send-time table written by
 the sending process (CLOCK_MONOTONIC is shared by all processes), so latency = receive - send.
@@ -18,7 +20,7 @@ table shows the median and the range over the repetitions, and the ratio is the 
 per-repetition ratios. CPU per message of every process on the path is measured from /proc during
 the throughput blasts; on a shared machine the ratio follows the total CPU of each path.
 
-    uv run python benchmarks/bench_relay.py [--n 100000] [--reps 5] [--json]
+    uv run python benchmarks/bench_relay.py [--n 100000] [--reps 5] [--naive] [--json]
 """
 
 from __future__ import annotations
@@ -141,6 +143,39 @@ def nats_sender(url: str) -> None:
             await asyncio.to_thread(Path(out).write_bytes, times.tobytes())
             print("done", flush=True)
         await nc.close()
+
+    asyncio.run(main())
+
+
+def naive_relay(endpoint: str, url: str) -> None:
+    """(d), with --naive: the straightforward relay, one ``await`` per receive and per publish, doing
+    the same checks as the relay (frame count, sequence, ``decode_fpm``)."""
+    import nats
+    import zmq
+    import zmq.asyncio
+
+    from planner_proto import DecodeError, decode_fpm
+
+    async def main() -> None:
+        nc = await nats.connect(url)
+        sock = zmq.asyncio.Context().socket(zmq.SUB)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        sock.connect(endpoint)
+        last, gaps = -1, 0
+        while True:
+            frames = await sock.recv_multipart()
+            if len(frames) != 3 or len(frames[1]) != 8:
+                continue
+            seq = int.from_bytes(frames[1], "big")
+            if last >= 0 and seq > last + 1:
+                gaps += seq - last - 1
+            last = seq
+            try:
+                decode_fpm(frames[2])
+            except DecodeError:
+                continue
+            await nc.publish(SUBJECT, frames[2])
 
     asyncio.run(main())
 
@@ -293,7 +328,7 @@ async def one_rep(sink: Sink, path: Route, n: int, tmp: str) -> dict[str, Any]:
     }
 
 
-async def bench(n: int, reps: int, relay_flags: list[str]) -> dict[str, Any]:
+async def bench(n: int, reps: int, relay_flags: list[str], naive: bool = False) -> dict[str, Any]:
     import nats
     import zmq  # noqa: F401  (fail early when missing)
 
@@ -333,21 +368,52 @@ async def bench(n: int, reps: int, relay_flags: list[str]) -> dict[str, Any]:
             {"sender": engine.proc.pid, "relay": relay.pid, "nats-server": server_pid, "subscriber": me},
             hop=relay.pid,
         )
+        extra: list[Sender] = []
+        naive_proc: subprocess.Popen[bytes] | None = None
         try:
-            sink.reset(decode=False)
-            deadline = time.monotonic() + 30
-            while sink.count < 5 and time.monotonic() < deadline and relay.poll() is None:
-                await asyncio.sleep(0.05)  # until the engine's heartbeats flow through the relay
-            if sink.count < 5:
-                raise RuntimeError("the relay never relayed the engine's heartbeats")
+            await heartbeats(sink, relay, "relay")
             for path in (raw, via):  # warm-up: connections, caches, the relay's first batches
                 await throughput(sink, path, min(n, 20_000), tmp)
                 await latency(sink, path, 1_000, 0.5, tmp)
+            slow_path: Route | None = None
+            if naive:  # its own engine: a second SUB on the same PUB would publish everything twice
+                naive_endpoint = f"tcp://127.0.0.1:{free_port()}"
+                extra.append(Sender(["--role", "zmq", "--endpoint", naive_endpoint]))
+                naive_proc = subprocess.Popen(  # noqa: ASYNC220
+                    [
+                        sys.executable,
+                        __file__,
+                        "--role",
+                        "naive",
+                        "--endpoint",
+                        naive_endpoint,
+                        "--url",
+                        server.url,
+                    ]
+                )
+                pids = {
+                    "sender": extra[0].proc.pid,
+                    "relay": naive_proc.pid,
+                    "nats-server": server_pid,
+                    "subscriber": me,
+                }
+                slow_path = Route("naive", extra[0], pids)
+                await heartbeats(sink, naive_proc, "naive relay")
+                await throughput(sink, slow_path, min(n, 20_000), tmp)
             runs: dict[str, list[dict[str, Any]]] = {"raw": [], "relay": []}
             for _ in range(reps):
                 for path in (raw, via):
                     runs[path.name].append(await one_rep(sink, path, n, tmp))
+                if slow_path is not None:
+                    runs.setdefault("naive", []).append(
+                        {"throughput": await throughput(sink, slow_path, n, tmp)}
+                    )
         finally:
+            for sender in extra:
+                sender.close()
+            if naive_proc is not None:
+                naive_proc.kill()
+                naive_proc.wait()
             raw_sender.close()
             engine.close()
             relay.terminate()
@@ -364,6 +430,16 @@ async def bench(n: int, reps: int, relay_flags: list[str]) -> dict[str, Any]:
     out["subscriber_errors"] = sink.errors
     out["summary"] = summarize(runs)
     return out
+
+
+async def heartbeats(sink: Sink, proc: subprocess.Popen[bytes], what: str) -> None:
+    """Until an engine's heartbeats flow through ``proc`` (its SUB has joined the engine's PUB)."""
+    sink.reset(decode=False)
+    deadline = time.monotonic() + 30
+    while sink.count < 5 and time.monotonic() < deadline and proc.poll() is None:
+        await asyncio.sleep(0.05)
+    if sink.count < 5:
+        raise RuntimeError(f"the {what} never relayed the engine's heartbeats")
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -410,6 +486,13 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             [r[key].get("cpu_us_per_msg", {}).get("relay", nan) for r in rel]
         )
         s[f"relay_{rate}_complete"] = all(r[key]["received"] == r[key]["sent"] for r in rel)
+    if "naive" in runs:
+        nv = runs["naive"]
+        s["naive_msgs_per_s"] = spread([r["throughput"]["msgs_per_s"] for r in nv])
+        s["cpu_us_per_msg_naive"] = {
+            k: spread([r["throughput"]["cpu_us_per_msg"][k] for r in nv])
+            for k in nv[0]["throughput"]["cpu_us_per_msg"]
+        }
     s["targets"] = {
         "throughput ratio >= 0.8, engine sending live on the same 2 cores (median)": s["ratio"]["median"]
         >= 0.8,
@@ -441,6 +524,12 @@ def report(res: dict[str, Any]) -> None:
     print(f"    ratio (c)/(a)              {fmt(s['ratio_backlog'])}   target >= 0.8")
     cpus = {"raw": s["cpu_us_per_msg"]["raw"], "relay": s["cpu_us_per_msg"]["relay"],
             "backlog": s["cpu_us_per_msg_backlog"]}  # fmt: skip
+    if "naive_msgs_per_s" in s:
+        print(f"(d) naive await loop           {fmt(s['naive_msgs_per_s'], ' msg/s', 0)}"
+              "   (one await per receive and per publish, same checks)")  # fmt: skip
+        cpus["naive"] = s["cpu_us_per_msg_naive"]
+        ratio = s["cpu_us_per_msg_naive"]["relay"]["median"] / s["cpu_us_per_msg"]["relay"]["relay"]["median"]
+        print(f"    relay-hop CPU per message, naive / relay: {ratio:.1f}x")
     for name, cpu in cpus.items():
         parts = ", ".join(f"{k} {v['median']:.1f}" for k, v in cpu.items())
         total = sum(v["median"] for v in cpu.values())
@@ -470,7 +559,8 @@ def main() -> None:
         default=[],
         help="extra relay flag, e.g. --relay-flag=--batch-window-s=0",
     )
-    p.add_argument("--role", choices=["zmq", "nats"], help=argparse.SUPPRESS)
+    p.add_argument("--naive", action="store_true", help="also measure (d), a naive await-per-message relay")
+    p.add_argument("--role", choices=["zmq", "nats", "naive"], help=argparse.SUPPRESS)
     p.add_argument("--endpoint", help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -480,7 +570,10 @@ def main() -> None:
     if a.role == "nats":
         nats_sender(a.url)
         return
-    res = asyncio.run(bench(a.n, a.reps, a.relay_flag))
+    if a.role == "naive":
+        naive_relay(a.endpoint, a.url)
+        return
+    res = asyncio.run(bench(a.n, a.reps, a.relay_flag, a.naive))
     if a.json:
         print(json.dumps(res, indent=2))
         return
