@@ -30,9 +30,13 @@ async def test_scale_up_then_down_with_acks_and_no_lost_request(tmp_path: Path) 
     assert figures["requests"] > 300
     assert figures["failed"] == 0
     assert figures["completed"] == figures["requests"]
-    # Every decision is acknowledged `completed` by the actuator.
+    # Every decision is answered by the actuator: `completed`, or `superseded` when a newer one came
+    # before it was done (seen in CI: decision 3 superseded by 4 during the ramp); none failed, and
+    # the last one completed.
     assert figures["unacked_decisions"] == []
     assert figures["decisions"] >= 3
-    assert figures["decisions_completed"] == figures["decisions"]
+    assert figures["decisions_failed"] == 0
+    assert figures["decisions_completed"] + figures["decisions_superseded"] == figures["decisions"], figures
+    assert figures["last_decision_completed"] is True
     assert (tmp_path / "demo" / "report.html").stat().st_size > 10_000
     assert (tmp_path / "demo" / "demo.png").exists()
