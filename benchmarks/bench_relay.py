@@ -272,21 +272,21 @@ async def throughput(sink: Sink, path: Route, n: int, tmp: str, backlog: bool = 
     the clock runs from its resumption: what the relay moves when the engine's sending does not share
     the CPU with it (as in production, where engines run on their own hosts)."""
     sink.reset(decode=False)
-    if backlog:
-        assert path.hop is not None
-        os.kill(path.hop, signal.SIGSTOP)
+    paused = path.hop if backlog else None
+    if paused is not None:
+        os.kill(paused, signal.SIGSTOP)
         try:
             await path.sender.run(0, n, 0, f"{tmp}/tp.bin")
             await asyncio.sleep(0.3)  # the engine's ZMQ IO thread has queued what it sent
         except BaseException:
-            os.kill(path.hop, signal.SIGCONT)
+            os.kill(paused, signal.SIGCONT)
             raise
         assert sink.count == 0, "the relay relayed while stopped"
     cpu0 = {k: cpu_s(pid) for k, pid in path.pids.items()}
-    if backlog:
-        assert path.hop is not None
-        os.kill(path.hop, signal.SIGCONT)
+    if paused is not None:
+        os.kill(paused, signal.SIGCONT)
     else:
+        assert not backlog, "a backlog run needs a hop to pause"
         await path.sender.run(0, n, 0, f"{tmp}/tp.bin")
     await wait_count(sink, n, 120)
     cpu = {k: (cpu_s(pid) - cpu0[k]) / n * 1e6 for k, pid in path.pids.items()}
@@ -449,6 +449,11 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
 
 
+def cpu_spread(rs: list[dict[str, Any]], key: str = "throughput") -> dict[str, dict[str, float]]:
+    """Per process, the spread of CPU per message over the repetitions ``rs`` of blast ``key``."""
+    return {k: spread([r[key]["cpu_us_per_msg"][k] for r in rs]) for k in rs[0][key]["cpu_us_per_msg"]}
+
+
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     raw, rel = runs["raw"], runs["relay"]
     nan = float("nan")
@@ -465,14 +470,8 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         "relay_lost": sum(
             r[k]["sent"] - r[k]["received"] for r in rel for k in ("throughput", "throughput_backlog")
         ),
-        "cpu_us_per_msg": {
-            name: {k: spread([r["throughput"]["cpu_us_per_msg"][k] for r in rs]) for k in rs[0]["throughput"]["cpu_us_per_msg"]}
-            for name, rs in (("raw", raw), ("relay", rel))
-        },
-        "cpu_us_per_msg_backlog": {
-            k: spread([r["throughput_backlog"]["cpu_us_per_msg"][k] for r in rel])
-            for k in rel[0]["throughput_backlog"]["cpu_us_per_msg"]
-        },
+        "cpu_us_per_msg": {"raw": cpu_spread(raw), "relay": cpu_spread(rel)},
+        "cpu_us_per_msg_backlog": cpu_spread(rel, "throughput_backlog"),
     }  # fmt: skip
     for rate in ("1k", "10k"):
         key = f"latency_{rate}"
@@ -489,10 +488,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     if "naive" in runs:
         nv = runs["naive"]
         s["naive_msgs_per_s"] = spread([r["throughput"]["msgs_per_s"] for r in nv])
-        s["cpu_us_per_msg_naive"] = {
-            k: spread([r["throughput"]["cpu_us_per_msg"][k] for r in nv])
-            for k in nv[0]["throughput"]["cpu_us_per_msg"]
-        }
+        s["cpu_us_per_msg_naive"] = cpu_spread(nv)
     s["targets"] = {
         "throughput ratio >= 0.8, engine sending live on the same 2 cores (median)": s["ratio"]["median"]
         >= 0.8,

@@ -33,6 +33,8 @@ def summary(rec: Recorder, requests: list[dict[str, Any]], ttft_ms: float, itl_m
             peaks[c] = max(peaks.get(c, 0), cr.ready)
     final = rec.latest_replicas()
     applied = [d for _, d in rec.decisions if not d.advisory]
+    applied_ids = {d.decision_id for d in applied}
+    completed_ids = rec.acked_ids("completed") & applied_ids
     return {
         "requests": len(requests),
         "completed": len(done),
@@ -43,10 +45,10 @@ def summary(rec: Recorder, requests: list[dict[str, Any]], ttft_ms: float, itl_m
         "itl_p50_ms": pct(itls, 0.5),
         "itl_p99_ms": pct(itls, 0.99),
         "decisions": len(applied),
-        "decisions_completed": len(rec.acked_ids("completed") & {d.decision_id for d in applied}),
-        "decisions_superseded": len(rec.acked_ids("superseded") & {d.decision_id for d in applied}),
-        "decisions_failed": len(rec.acked_ids("failed") & {d.decision_id for d in applied}),
-        "last_decision_completed": bool(applied) and applied[-1].decision_id in rec.acked_ids("completed"),
+        "decisions_completed": len(completed_ids),
+        "decisions_superseded": len(rec.acked_ids("superseded") & applied_ids),
+        "decisions_failed": len(rec.acked_ids("failed") & applied_ids),
+        "last_decision_completed": bool(applied) and applied[-1].decision_id in completed_ids,
         "unacked_decisions": rec.unacked_decisions(),
         "peak_ready": peaks,
         "final_ready": {c: cr.ready for c, cr in final.components.items()} if final else {},

@@ -12,8 +12,8 @@ at 330 engines x 10 FPM/s, relay CPU per message: 258 us with a task and a one-s
 socket (the earlier design), 184 us with per-socket readers feeding shared passes, 102 us with the
 selector. While messages keep coming (a pass found more than one), passes run on a timer
 ``batch_window_s`` apart and nothing wakes the loop in between; a pass that finds one message or
-none goes back to waiting on the selector, so an arrival after a quiet window is relayed at once. Added latency is at most one window
-(``batch_window_s`` = 0: every arrival wakes a pass).
+none goes back to waiting on the selector, so an arrival after a quiet window is relayed at once.
+Added latency is at most one window (``batch_window_s`` = 0: every arrival wakes a pass).
 
 The ZMQ FD is edge-like: it signals "something changed", not "a message is waiting", and it stays
 readable until ZMQ processes its commands. A pass reads ``EVENTS`` of each socket the selector
@@ -26,7 +26,8 @@ publisher as it was sent and is counted there), with one ``RCVMORE`` check per m
 per frame: on this machine a ``get(RCVMORE)`` costs about as much as two receives (pyzmq builds a
 ``SocketOption`` enum per call), and per-frame checks were 40 % of the relay's CPU at full rate. The
 one check that remains is free: the third frame is received as a ``zmq.Frame``, whose ``more`` pyzmq
-fills in C at receive time (measured here: 0.7-1 us less per message than ``recv`` + ``get``). The reader relies on two facts. ZMQ delivers a multipart
+fills in C at receive time (measured here: 0.7-1 us less per message than ``recv`` + ``get``).
+The reader relies on two facts. ZMQ delivers a multipart
 message atomically (once its first frame is readable, all are), and every valid message has the shape
 ``[topic, 8 bytes, payload]`` with the engine's constant topic (``b""`` per DESIGN), which a malformed
 frame sequence can only imitate by chance. So a message starting with the topic is read as three
