@@ -32,3 +32,7 @@ class TokenChunk(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
     """Non-empty when the engine gave up on the request (draining, preempted too often, ...)."""
     engine_time_s: float = 0.0
+    """The engine's own clock (uncompressed seconds) when the chunk's last token was made; 0 = unknown."""
+    received_engine_time_s: float = 0.0
+    """The same clock when the engine received the request (0 = unknown): with ``engine_time_s`` of the
+    first chunk it gives the TTFT inside the engine, free of transport and client jitter."""

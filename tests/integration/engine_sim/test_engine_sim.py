@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import msgspec
@@ -176,3 +177,42 @@ async def test_disaggregated_prefill_then_decode(nats_server: NatsServer, start_
     # KV hand-off: 4000 tokens x 128 KiB / 1 GB/s = 0.52 s of model time = 52 ms at 10x
     assert got[-1][0] - first_t > 0.05
     await bus.close()
+
+
+async def test_token_stamps_keep_the_model_time_through_host_stalls(
+    nats_server: NatsServer, start_engine: StartEngine
+) -> None:
+    """The chunks' engine_time_s is the modelled GPU's clock: a host stall (the event loop blocked,
+    as on a loaded CI machine) followed by back-to-back catch-up passes does not shrink or stretch the
+    inter-token gaps read off the stamps (the live profiler's ITL)."""
+    eng = await start_engine("w4", stream_interval_s=0.002)
+    assert eng.choice is not None
+    bus = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
+    stop = asyncio.Event()
+
+    async def stall_the_loop() -> None:
+        while not stop.is_set():
+            await asyncio.sleep(0.02)
+            time.sleep(0.03)  # noqa: ASYNC251 - the point: 300 ms of engine time at 10x: dozens of passes late, under max_lag_s
+
+    staller = asyncio.create_task(stall_the_loop())
+    try:
+        got = await send_requests(bus, "w4", n=1, isl=500, osl=300)
+        await wait_finished(got, timeout_s=20)
+    finally:
+        stop.set()
+        await staller
+        await bus.close()
+    chunks = [c for c in got["0"] if c.tokens > 0]
+    assert chunks[-1].finished and chunks[-1].total_tokens == 300
+    assert len(chunks) >= 20, "the stalls must have split the stream into many chunks"
+    timing = eng.choice.model
+    for prev, cur in itertools.pairwise(chunks):
+        # decode passes of one request between the two chunks: contexts prev.total .. cur.total - 1
+        modelled = sum(
+            timing.pass_time_s(0, 0, 1, 500 + k) for k in range(prev.total_tokens, cur.total_tokens)
+        )
+        assert cur.engine_time_s - prev.engine_time_s == pytest.approx(modelled, rel=0.02), (
+            prev.total_tokens,
+            cur.total_tokens,
+        )

@@ -60,22 +60,14 @@ def test_live_sweep_spawned_engine_sim(shared_data: Path, tmp_path: Path) -> Non
     r = results[0]
     assert r.decode.max_kv_tokens == r.limits.max_kv_tokens > 0
     expected_ttft = [lone_ttft_s(timing, int(isl), 4096) * 1000 for isl in r.prefill.isl_tokens]
-    # each request also pays the transport's round trip (stretched by prefill_compression): one
-    # offset, never negative and small; on top of it the TTFT grows with ISL as the model says
-    offset = min(t - e for t, e in zip(r.prefill.ttft_ms, expected_ttft, strict=True))
-    assert -2.0 <= offset <= 15.0, offset
-    # Per point, one extra wait of up to ~35 ms of model time is tolerated: CI runs saw +27 and +36 ms
-    # at ISL 2098 (while the same test alone stays within 4 ms); the growth checks below keep the
-    # test failing for a TTFT that does not follow the model.
+    # TTFT and ITL are read off the engine's own clock (arrival and token stamps): they follow the
+    # model (the first pass starts at the arrival), also on a loaded machine
     for isl, ttft, expected in zip(r.prefill.isl_tokens, r.prefill.ttft_ms, expected_ttft, strict=True):
-        assert ttft - offset == pytest.approx(expected, rel=0.35, abs=35.0), isl
-    assert list(r.prefill.ttft_ms) == sorted(r.prefill.ttft_ms), "TTFT must grow with ISL"
-    grow, model_grow = r.prefill.ttft_ms[-1] - r.prefill.ttft_ms[0], expected_ttft[-1] - expected_ttft[0]
-    assert 0.5 * model_grow <= grow <= 1.5 * model_grow + 35.0, (grow, model_grow)
+        assert ttft == pytest.approx(expected, rel=0.02, abs=1.0), isl
     for kv, ctx, itl in zip(r.decode.kv_usage, r.decode.context_length_tokens, r.decode.itl_ms, strict=True):
         n = round(kv * r.decode.max_kv_tokens / ctx)
         expected = timing.pass_time_s(0, 0, n, int(n * ctx)) * 1000
-        assert itl == pytest.approx(expected, rel=0.1), (n, ctx)
+        assert itl == pytest.approx(expected, rel=0.02), (n, ctx)
 
     # round trip: our files -> the decider's loaders and interpolators -> the measured points
     pi = PrefillInterpolator(load_prefill(tmp_path / "prefill_raw_data.npz"))

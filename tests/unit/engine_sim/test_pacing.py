@@ -32,3 +32,25 @@ def test_idle_restarts_the_clock_from_now() -> None:
     p.start_busy(10.0)
     assert p.pass_end(10.0, 1.0) == pytest.approx(10.5)
     assert p.engine_time_s(10.5, 0.0) == pytest.approx(21.0)
+
+
+def test_stamps_follow_the_virtual_clock_through_a_late_stretch() -> None:
+    p = Pacer(compression=10.0, max_lag_s=1.0)
+    p.start_busy(100.0)
+    p.pass_end(100.0, 0.05)
+    assert p.virtual_engine_s(0.0) == pytest.approx(1000.05)
+    # descheduled for 30 ms: the late passes still end 5 ms of engine time apart on the stamps
+    p.pass_end(100.035, 0.05)
+    assert p.lag_s == pytest.approx(0.025)
+    assert p.virtual_engine_s(0.0) == pytest.approx(1000.10)
+
+
+def test_an_arrival_joins_the_virtual_present() -> None:
+    p = Pacer(compression=10.0, max_lag_s=1.0)
+    assert p.arrival_engine_s(5.0, 0.0) == pytest.approx(50.0)  # idle: the wall clock
+    p.start_busy(5.0)
+    p.pass_end(5.0, 0.5)  # ends at 5.05
+    assert p.arrival_engine_s(5.02, 0.0) == pytest.approx(50.2)  # busy and on time: the wall clock
+    assert p.arrival_engine_s(5.2, 0.0) == pytest.approx(50.5)  # behind: the virtual clock's present
+    p.stop_busy()
+    assert p.arrival_engine_s(7.0, 0.0) == pytest.approx(70.0)

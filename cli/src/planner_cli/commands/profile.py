@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--prefill-time-compression",
         type=float,
         default=2.0,
-        help="--spawn-engine-sim: compression of the engine that runs the prefill points (TTFT is wall clock)",
+        help="--spawn-engine-sim: compression of the engine that runs the prefill points",
     )
     live.add_argument(
         "--spawn-engine-sim",

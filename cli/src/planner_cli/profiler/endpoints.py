@@ -3,9 +3,11 @@
 Each endpoint turns one (ISL, OSL) request into a :class:`StreamTrace`:
 
 - engine-sim: a GenerateRequest on ``Subjects.generate(worker_id)``, TokenChunks back on a private
-  reply subject. Chunks carry the engine's own (uncompressed) clock, ``engine_time_s``, which gives
-  the ITL free of NATS and client jitter; TTFT is the client's wall time times the engine's time
-  compression (given, or estimated on the warm-up from chunk clocks against wall clock).
+  reply subject. Chunks carry the engine's own (uncompressed) clock: ``engine_time_s`` when the
+  chunk's last token was made and ``received_engine_time_s`` when the request arrived, which give ITL
+  and TTFT free of NATS, client and host-scheduling jitter. An engine that does not stamp arrivals
+  gets the client's wall-clock TTFT (minus the transport round trip measured on the warm-up) times the
+  engine's time compression (given, or estimated on the warm-up from chunk clocks against wall clock).
 - OpenAI-compatible: a streamed ``/completions`` request with ``max_tokens`` (and ``ignore_eos`` /
   ``min_tokens`` so the full OSL is produced, where the server takes them), prompt as token ids (exact
   ISL) or as words (approximate). TTFT = first streamed choice; ITL from the gaps between chunks,
@@ -53,6 +55,7 @@ class _Pending:
     engine: list[float] = field(default_factory=list)
     totals: list[int] = field(default_factory=list)
     first_wall: float | None = None
+    received_engine: float = 0.0
     error: str = ""
     last_seen: float = 0.0
 
@@ -111,6 +114,7 @@ class NatsEngineEndpoint:
         elif chunk.tokens > 0:
             if p.first_wall is None:
                 p.first_wall = now
+                p.received_engine = chunk.received_engine_time_s
             p.walls.append(now)
             p.engine.append(chunk.engine_time_s)
             p.totals.append(chunk.total_tokens)
@@ -191,9 +195,13 @@ class NatsEngineEndpoint:
         p = await self._request(isl, osl)
         if p.error or p.first_wall is None:
             return StreamTrace(ttft_s=-1.0, error=p.error or "no tokens")
-        scale = self.time_compression if self.time_compression > 0 else 1.0
+        if p.received_engine > 0.0:  # the engine's own clock: free of NATS and host scheduling noise
+            ttft_s = max(p.engine[0] - p.received_engine, 0.0)
+        else:  # an engine that does not stamp arrivals: the client's wall clock, stretched
+            scale = self.time_compression if self.time_compression > 0 else 1.0
+            ttft_s = max(p.first_wall - p.sent_wall - self.overhead_s, 0.0) * scale
         return StreamTrace(
-            ttft_s=max(p.first_wall - p.sent_wall - self.overhead_s, 0.0) * scale,
+            ttft_s=ttft_s,
             times_s=tuple(p.engine),
             tokens=tuple(p.totals),
         )

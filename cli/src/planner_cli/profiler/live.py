@@ -173,9 +173,9 @@ async def _sweep_tp(
             ).connect()
             endpoints = [ep]
         elif spawned is not None:
-            # TTFT is read off the client's wall clock, where the engine's timer granularity (~1 ms per
-            # pass) is multiplied by the compression: prefill runs on a slow-clocked engine, the long
-            # decode batches (ITL from the engine's own clock) on a fast one.
+            # TTFT and ITL are read off the engine's own clock (arrival and token stamps), so any
+            # compression measures the same; the prefill points run on their own engine so that the long
+            # decode batches (on a fast-clocked one) never share a pass with them.
             workers = [spawned.start_engine(tp, spawned.prefill_compression, "p")]
             workers.append(spawned.start_engine(tp, spawned.time_compression))
             for w, c in zip(workers, (spawned.prefill_compression, spawned.time_compression), strict=True):

@@ -78,6 +78,11 @@ class EngineSimService(Service[EngineSimSettings]):
         self.registered = False
         self.draining = False
         self.passes = 0
+        self._stamp_s = 0.0
+        self._woken_at_s: float | None = None
+        """Wall time of the request that ends an idle stretch: the first pass starts there, not when the
+        loop gets round to it."""
+        """Engine time of the last pass's end on the pacer's virtual clock: what token chunks carry."""
         self.started_at_s = 0.0
         self._kv: KeyValue | None = None
         self._wake = asyncio.Event()
@@ -236,7 +241,8 @@ class EngineSimService(Service[EngineSimSettings]):
         now = asyncio.get_running_loop().time()
         if not error:
             decode = self.role is EngineRole.DECODE
-            rid = self.streams.add(req, now, initial_tokens=1 if decode else 0)
+            received = self.pacer.arrival_engine_s(now, self._t0)
+            rid = self.streams.add(req, now, initial_tokens=1 if decode else 0, received_engine_s=received)
             self._idle.clear()
             ereq = EngineRequest(rid, req.input_tokens, req.output_tokens, tuple(req.hash_ids))
             try:
@@ -250,6 +256,8 @@ class EngineSimService(Service[EngineSimSettings]):
                     sched.add_remote(ereq, self._engine_now(now) + transfer_s)
                 else:
                     sched.add_request(ereq)
+                    if not self.pacer.busy and self._woken_at_s is None:
+                        self._woken_at_s = now
             except ValueError:
                 del self.streams.live[rid]
                 if not self.streams.live:
@@ -270,13 +278,14 @@ class EngineSimService(Service[EngineSimSettings]):
         clock = loop.time
         next_hb = clock() + s.heartbeat_interval_s
         next_flush = clock() + s.stream_interval_s
-        busy = False
+        pacer = self.pacer
+        pacer.stop_busy()
         while True:
             now = clock()
             eng_now = self._engine_now(now)
             ready = sched.next_remote_ready_s
             if not (sched.has_work or (ready is not None and ready <= eng_now)):
-                busy = False
+                pacer.stop_busy()
                 if now >= next_hb:
                     self._heartbeat()
                     next_hb = now + s.heartbeat_interval_s
@@ -290,12 +299,12 @@ class EngineSimService(Service[EngineSimSettings]):
                     until = min(until, self._t0 + ready / s.time_compression)
                 await self._sleep_or_wake(until - now)
                 continue
-            if not busy:
-                self.pacer.start_busy(now)
-                busy = True
+            if not pacer.busy:
+                woken, self._woken_at_s = self._woken_at_s, None
+                pacer.start_busy(now if woken is None else min(now, woken))
             p = sched.step(eng_now)
             if p.is_idle:  # queued work that cannot be scheduled yet (KV full): wait for a change
-                busy = False
+                pacer.stop_busy()
                 if p.finished_ids:  # remote requests whose only token came from the prefill worker
                     await self._send(self.streams.on_pass(p, now, eng_now))
                     if not self.streams.live:
@@ -303,7 +312,7 @@ class EngineSimService(Service[EngineSimSettings]):
                     continue
                 await self._sleep_or_wake(0.01)
                 continue
-            end = self.pacer.pass_end(now, p.duration_s)
+            end = pacer.pass_end(now, p.duration_s)
             delay = end - clock()
             await asyncio.sleep(delay if delay > 0 else 0)
             now = clock()
@@ -338,7 +347,8 @@ class EngineSimService(Service[EngineSimSettings]):
         m.passes.inc()
         m.model_seconds.inc(p.duration_s)
         self.publisher.send(to_fpm(p, self.worker_id, self.settings.dp_rank, counter_id=self.passes))
-        out = self.streams.on_pass(p, now, self._engine_now(now))
+        self._stamp_s = self.pacer.virtual_engine_s(self._t0)
+        out = self.streams.on_pass(p, now, self._stamp_s)
         if out:
             await self._send(out)
             if not self.streams.live:
@@ -366,9 +376,8 @@ class EngineSimService(Service[EngineSimSettings]):
             m.lag_resets.inc(self.pacer.resets)
             self.pacer.resets = 0
         nc = self.bus.nc
-        for subject, chunk in self.streams.flush(
-            now, self._engine_now(now), self.settings.keepalive_interval_s
-        ):
+        # unsent tokens were made by passes that ended by the last one: they carry its stamp
+        for subject, chunk in self.streams.flush(now, self._stamp_s, self.settings.keepalive_interval_s):
             await nc.publish(subject, encode(chunk))
 
 

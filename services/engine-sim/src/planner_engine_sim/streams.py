@@ -21,6 +21,8 @@ class LiveRequest:
     pending: int = 0
     """Tokens not sent yet."""
     last_sent_s: float = 0.0
+    received_engine_s: float = 0.0
+    """Engine time when the request arrived (carried by every chunk, for the client's TTFT)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +56,13 @@ class StreamTable:
     def __len__(self) -> int:
         return len(self.live)
 
-    def add(self, req: GenerateRequest, now_s: float, initial_tokens: int = 0) -> int:
+    def add(
+        self, req: GenerateRequest, now_s: float, initial_tokens: int = 0, received_engine_s: float = 0.0
+    ) -> int:
         self._next_id += 1
-        self.live[self._next_id] = LiveRequest(req, total=initial_tokens, last_sent_s=now_s)
+        self.live[self._next_id] = LiveRequest(
+            req, total=initial_tokens, last_sent_s=now_s, received_engine_s=received_engine_s
+        )
         return self._next_id
 
     def _chunk(self, lr: LiveRequest, finished: bool, engine_s: float) -> TokenChunk:
@@ -67,6 +73,7 @@ class StreamTable:
             total_tokens=lr.total,
             finished=finished,
             engine_time_s=engine_s,
+            received_engine_time_s=lr.received_engine_s,
         )
 
     def on_pass(self, p: EnginePass, now_s: float, engine_s: float) -> Outbox:
