@@ -80,10 +80,9 @@ def paced_send(send: Any, start: int, n: int, rate: float, out: str) -> None:
 
 def zmq_sender(endpoint: str) -> None:
     import zmq
+    from zmq.backend import Socket as BackendSocket
 
     from planner_proto import pack_frames
-
-    from zmq.backend import Socket as BackendSocket
 
     sock = zmq.Context.instance().socket(zmq.PUB)
     sock.setsockopt(zmq.SNDHWM, 0)
