@@ -79,10 +79,10 @@ class EngineSimService(Service[EngineSimSettings]):
         self.draining = False
         self.passes = 0
         self._stamp_s = 0.0
+        """Engine time of the last pass's end on the pacer's virtual clock: what token chunks carry."""
         self._woken_at_s: float | None = None
         """Wall time of the request that ends an idle stretch: the first pass starts there, not when the
         loop gets round to it."""
-        """Engine time of the last pass's end on the pacer's virtual clock: what token chunks carry."""
         self.started_at_s = 0.0
         self._kv: KeyValue | None = None
         self._wake = asyncio.Event()
