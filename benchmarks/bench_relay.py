@@ -276,22 +276,23 @@ async def throughput(sink: Sink, path: Route, n: int, tmp: str, backlog: bool = 
     """Blast ``n`` messages. ``backlog``: the hop is paused (SIGSTOP) while the engine sends them, and
     the clock runs from its resumption: what the relay moves when the engine's sending does not share
     the CPU with it (as in production, where engines run on their own hosts)."""
+    hop = path.hop if backlog else None
+    if backlog and hop is None:
+        raise ValueError("a backlog run needs a hop to pause")
     sink.reset(decode=False)
-    paused = path.hop if backlog else None
-    if paused is not None:
-        os.kill(paused, signal.SIGSTOP)
+    if hop is not None:
+        os.kill(hop, signal.SIGSTOP)
         try:
             await path.sender.run(0, n, 0, f"{tmp}/tp.bin")
             await asyncio.sleep(0.3)  # the engine's ZMQ IO thread has queued what it sent
         except BaseException:
-            os.kill(paused, signal.SIGCONT)
+            os.kill(hop, signal.SIGCONT)
             raise
         assert sink.count == 0, "the relay relayed while stopped"
     cpu0 = {k: cpu_s(pid) for k, pid in path.pids.items()}
-    if paused is not None:
-        os.kill(paused, signal.SIGCONT)
+    if hop is not None:
+        os.kill(hop, signal.SIGCONT)
     else:
-        assert not backlog, "a backlog run needs a hop to pause"
         await path.sender.run(0, n, 0, f"{tmp}/tp.bin")
     await wait_count(sink, n, 120)
     cpu = {k: (cpu_s(pid) - cpu0[k]) / n * 1e6 for k, pid in path.pids.items()}

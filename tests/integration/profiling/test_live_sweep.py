@@ -23,8 +23,7 @@ def test_live_sweep_spawned_engine_sim(shared_data: Path, tmp_path: Path) -> Non
     dyn = shared_data / "dynamo"
     cfg = LiveConfig(
         tps=[1],
-        sweep=SweepConfig(prefill_points=3, repetitions=3, decode_contexts=2, concurrency_points=2, osl=120),
-        # 3 repetitions: the median TTFT of each point shrugs off one scheduling hiccup of the machine
+        sweep=SweepConfig(prefill_points=3, repetitions=2, decode_contexts=2, concurrency_points=2, osl=120),
         out=tmp_path,
         ttft_ms=200.0,
         itl_ms=20.0,

@@ -54,3 +54,15 @@ def test_an_arrival_joins_the_virtual_present() -> None:
     assert p.arrival_engine_s(5.2, 0.0) == pytest.approx(50.5)  # behind: the virtual clock's present
     p.stop_busy()
     assert p.arrival_engine_s(7.0, 0.0) == pytest.approx(70.0)
+
+
+def test_the_first_pass_after_idle_starts_at_the_waking_arrival() -> None:
+    p = Pacer(compression=10.0, max_lag_s=1.0)
+    p.wake(3.0)  # a request arrived while idle; the loop only gets round to it at 3.004
+    p.start_busy(3.004)
+    assert p.pass_end(3.004, 0.5) == pytest.approx(3.05)
+    p.wake(3.1)  # busy: an arrival does not move the clock
+    assert p.woken_s is None
+    p.stop_busy()
+    p.start_busy(9.0)  # woken by a timer, not an arrival: from now
+    assert p.pass_end(9.0, 0.5) == pytest.approx(9.05)

@@ -23,10 +23,20 @@ class Pacer:
     lag_s: float = 0.0
     resets: int = 0
     busy: bool = False
+    woken_s: float | None = None
+    """Wall time of the arrival that ended an idle stretch (:meth:`wake`)."""
+
+    def wake(self, now_s: float) -> None:
+        """Work that can run at once arrived at ``now_s``: when idle, the first pass starts there, not
+        when the loop gets round to it."""
+        if not self.busy and self.woken_s is None:
+            self.woken_s = now_s
 
     def start_busy(self, now_s: float) -> None:
-        """Coming out of idle: passes start now."""
-        self.at_s = max(self.at_s, now_s)
+        """Coming out of idle: passes start now (or at the arrival that woke the engine)."""
+        start = now_s if self.woken_s is None else min(now_s, self.woken_s)
+        self.woken_s = None
+        self.at_s = max(self.at_s, start)
         self.busy = True
 
     def stop_busy(self) -> None:
@@ -37,8 +47,7 @@ class Pacer:
         """Engine time of a request arriving at wall ``now_s``: now, except while a busy stretch runs
         behind real time, when the virtual clock is the engine's present (the request joins the pass
         that starts there)."""
-        at = min(now_s, self.at_s) if self.busy else now_s
-        return (at - t0_s) * self.compression
+        return self.engine_time_s(min(now_s, self.at_s) if self.busy else now_s, t0_s)
 
     def pass_end(self, now_s: float, duration_s: float) -> float:
         """Wall time at which a pass of modelled ``duration_s`` starting now should end."""
@@ -51,7 +60,7 @@ class Pacer:
 
     def virtual_engine_s(self, t0_s: float) -> float:
         """Uncompressed engine time at which the last pass ended on the virtual clock."""
-        return (self.at_s - t0_s) * self.compression
+        return self.engine_time_s(self.at_s, t0_s)
 
     def engine_time_s(self, wall_s: float, t0_s: float) -> float:
         """Uncompressed engine time of a wall time, from the engine's start ``t0_s``."""

@@ -80,9 +80,6 @@ class EngineSimService(Service[EngineSimSettings]):
         self.passes = 0
         self._stamp_s = 0.0
         """Engine time of the last pass's end on the pacer's virtual clock: what token chunks carry."""
-        self._woken_at_s: float | None = None
-        """Wall time of the request that ends an idle stretch: the first pass starts there, not when the
-        loop gets round to it."""
         self.started_at_s = 0.0
         self._kv: KeyValue | None = None
         self._wake = asyncio.Event()
@@ -221,7 +218,7 @@ class EngineSimService(Service[EngineSimSettings]):
 
     # ---- requests -----------------------------------------------------------------------------
     def _engine_now(self, wall_s: float) -> float:
-        return (wall_s - self._t0) * self.settings.time_compression
+        return self.pacer.engine_time_s(wall_s, self._t0)
 
     async def _reply(self, subject: str, chunk: TokenChunk) -> None:
         await self.bus.nc.publish(subject, encode(chunk))
@@ -256,8 +253,7 @@ class EngineSimService(Service[EngineSimSettings]):
                     sched.add_remote(ereq, self._engine_now(now) + transfer_s)
                 else:
                     sched.add_request(ereq)
-                    if not self.pacer.busy and self._woken_at_s is None:
-                        self._woken_at_s = now
+                    self.pacer.wake(now)
             except ValueError:
                 del self.streams.live[rid]
                 if not self.streams.live:
@@ -300,8 +296,7 @@ class EngineSimService(Service[EngineSimSettings]):
                 await self._sleep_or_wake(until - now)
                 continue
             if not pacer.busy:
-                woken, self._woken_at_s = self._woken_at_s, None
-                pacer.start_busy(now if woken is None else min(now, woken))
+                pacer.start_busy(now)
             p = sched.step(eng_now)
             if p.is_idle:  # queued work that cannot be scheduled yet (KV full): wait for a change
                 pacer.stop_busy()

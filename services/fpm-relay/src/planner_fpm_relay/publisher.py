@@ -23,8 +23,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from planner_fpm_relay.metrics import RelayMetrics
-from planner_fpm_relay.natsout import CRLF as _CRLF
-from planner_fpm_relay.natsout import NatsOut
+from planner_fpm_relay.natsout import CRLF, NatsOut
 from planner_fpm_relay.sequence import advance
 from planner_fpm_relay.validate import FastCheckError, fast_check, slow_reason
 from planner_fpm_relay.zmqsub import Batch, EngineSubscription, Frames
@@ -116,7 +115,7 @@ class Publisher:
         check = fast_check
         last = sub.last_seq
         header = sub.pub_header
-        fmt, crlf = header or b"%d", _CRLF
+        fmt, crlf = header or b"%d", CRLF
         parts: list[bytes] = []  # the batch's PUB commands, built in the same pass (see NatsOut)
         append = parts.append
         nbytes = dropped = restarts = 0

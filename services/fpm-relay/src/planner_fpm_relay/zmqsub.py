@@ -25,7 +25,7 @@ Message boundaries stay exact, also for malformed messages (a wrong frame count 
 publisher as it was sent and is counted there), with one ``RCVMORE`` check per message instead of one
 per frame: on this machine a ``get(RCVMORE)`` costs about as much as two receives (pyzmq builds a
 ``SocketOption`` enum per call), and per-frame checks were 40 % of the relay's CPU at full rate. The
-one check that remains is free: the third frame is received as a ``zmq.Frame``, whose ``more`` pyzmq
+one check that remains is cheap: the third frame is received as a ``zmq.Frame``, whose ``more`` pyzmq
 fills in C at receive time (measured here: 0.7-1 us less per message than ``recv`` + ``get``).
 The reader relies on two facts. ZMQ delivers a multipart
 message atomically (once its first frame is readable, all are), and every valid message has the shape
