@@ -72,6 +72,10 @@ class PolicyConfig:
     decode_max_utilisation: float = 0.65
     """Ours: likewise for decode. A decode engine past its capacity makes every request wait for
     admission, so the floor keeps a margin over the profile's best throughput at the ITL target."""
+    target_attainment: float = 0.99
+    """Ours (combined): the share of requests that should meet both targets. The predictive floor
+    picks, per component, the fewest replicas whose predicted attainment over the startup horizon
+    reaches this (the policy's aggressiveness knob: lower is cheaper and riskier)."""
     use_forecast_upper: bool = False
     """Size for ``LoadForecast.num_requests_upper`` when the predictor gives one."""
 
@@ -190,6 +194,8 @@ def validate_config(cfg: PolicyConfig) -> PolicyConfig:
         raise ValueError(f"prefill_max_utilisation: must be in (0, 1], got {cfg.prefill_max_utilisation}")
     if not 0.0 < cfg.decode_max_utilisation <= 1.0:
         raise ValueError(f"decode_max_utilisation: must be in (0, 1], got {cfg.decode_max_utilisation}")
+    if not 0.0 < cfg.target_attainment < 1.0:
+        raise ValueError(f"target_attainment: must be in (0, 1), got {cfg.target_attainment}")
     if not 0.0 < cfg.correction_smoothing <= 1.0:
         raise ValueError(f"correction_smoothing: must be in (0, 1], got {cfg.correction_smoothing}")
     if cfg.correction_max_step < 1.0:
