@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from planner_core.engine import to_fpm
 from planner_core.forecast import ForecastConfig, LoadForecaster
-from planner_core.policy import CapacityModel, DecisionInputs, PolicyConfig, PolicyKind, PolicyState, decide
+from planner_core.policy import (
+    CapacityModel,
+    DecisionInputs,
+    DecisionResult,
+    PolicyConfig,
+    PolicyKind,
+    PolicyState,
+    decide,
+)
 from planner_core.policy.estimator import SnapshotEstimator
 from planner_core.regression import OnlineRegression, RegressionConfig
 from planner_proto.engine import Component
@@ -81,7 +89,8 @@ class PlannerController:
         self.settings = settings
         self.initial = dict(initial)
         self.capacity = capacity
-        self.traffic_interval_s = cfg.throughput_interval_s
+        ours = cfg.policy is PolicyKind.COMBINED and cfg.predictive and not cfg.reference_compat
+        self.traffic_interval_s = cfg.demand_interval_s if ours else cfg.throughput_interval_s
         self.state = PolicyState()
         self.estimator = SnapshotEstimator()
         self.forecaster = LoadForecaster(forecast) if forecast is not None else None
@@ -96,6 +105,7 @@ class PlannerController:
             )
             self.regressions[c] = OnlineRegression(rc) if needs_fit else None
         self.decisions = 0
+        self.last_result: DecisionResult | None = None
 
     def initial_targets(self) -> dict[str, int]:
         return dict(self.initial)
@@ -144,5 +154,6 @@ class PlannerController:
             estimator=self.estimator,
         )
         result, self.state = decide(inputs, self.state, self.cfg, now_s)
+        self.last_result = result
         self.decisions += 1
         return result.targets

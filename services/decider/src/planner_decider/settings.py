@@ -48,6 +48,10 @@ class DeciderSettings(LeaseSettings, frozen=True, kw_only=True):
     queue_overload_samples: int = _D.queue_overload_samples
     prefill_max_utilisation: float = _D.prefill_max_utilisation
     decode_max_utilisation: float = _D.decode_max_utilisation
+    predictive: bool = _D.predictive
+    demand_interval_s: float = _D.demand_interval_s
+    target_attainment: float = _D.target_attainment
+    arrival_variability: float = _D.arrival_variability
     use_forecast_upper: bool = _D.use_forecast_upper
     sensitivity: float = _D.sensitivity
     max_step_up: int = _D.max_step_up

@@ -72,10 +72,19 @@ class PolicyConfig:
     decode_max_utilisation: float = 0.65
     """Ours: likewise for decode. A decode engine past its capacity makes every request wait for
     admission, so the floor keeps a margin over the profile's best throughput at the ITL target."""
+    predictive: bool = True
+    """Ours (combined): the floor is the predictive one (demand of the startup horizon at the target
+    attainment, re-sized on every traffic sample) instead of the throughput mode's (False: seed 002)."""
+    demand_interval_s: float = 15.0
+    """Ours: traffic sample interval the simulator's frontend uses for the predictive floor (the
+    decider takes the samples as the frontend publishes them)."""
     target_attainment: float = 0.99
     """Ours (combined): the share of requests that should meet both targets. The predictive floor
     picks, per component, the fewest replicas whose predicted attainment over the startup horizon
     reaches this (the policy's aggressiveness knob: lower is cheaper and riskier)."""
+    arrival_variability: float = 2.0
+    """Ours: c_a^2 + c_s^2 of prefill arrivals and service in the queueing tail (2 = Poisson arrivals,
+    exponential service); burstier traffic needs more, and the predictive floor more engines."""
     use_forecast_upper: bool = False
     """Size for ``LoadForecast.num_requests_upper`` when the predictor gives one."""
 
@@ -138,6 +147,8 @@ _POSITIVE = (
     "throughput_interval_s",
     "load_interval_s",
     "threshold_interval_s",
+    "demand_interval_s",
+    "arrival_variability",
 )
 _NON_NEGATIVE = (
     "stale_after_s",

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from planner_core.policy.budget import apply_budget, issuable_targets
 from planner_core.policy.config import PolicyConfig, PolicyKind
 from planner_core.policy.load import admission_blocked, load_policy
+from planner_core.policy.predictive import predictive_floor
 from planner_core.policy.stabilize import prune_events, prune_recommendations, rate_limit, stabilize
 from planner_core.policy.threshold import ThresholdMemory, threshold_policy
 from planner_core.policy.throughput import Corrections, forecast_count, throughput_policy, update_corrections
@@ -152,6 +153,15 @@ def decide(
             )
         evaluated = True
 
+    predictive = kind is PolicyKind.COMBINED and not compat and cfg.predictive
+    if predictive:
+        pres, pst, pdiag = predictive_floor(inputs, st.predictive, cfg, st.decode_correction)
+        floor_fresh = floor_fresh or pst.floor != st.predictive.floor
+        st = dataclasses.replace(st, predictive=pst)
+        diag.update(pdiag)
+        for c, r in pres.items():
+            _put(diag, f"{c}.predictive.", r.diagnostics)
+
     if kind in (PolicyKind.LOAD, PolicyKind.COMBINED) and (
         _due(state.last_load_s, cfg.load_interval_s, now_s) or floor_fresh
     ):
@@ -168,7 +178,10 @@ def decide(
                 recent_queued_tokens=() if compat else _recent_queues(st, c),
                 burst_step_ok=c not in st.last_up_s or now_s - st.last_up_s[c] >= cfg.queue_window_s,
             )
-            fl = st.throughput_floor.get(c) if kind is PolicyKind.COMBINED else None
+            fl = None
+            if kind is PolicyKind.COMBINED:
+                fl = st.predictive.floor.get(c) if predictive else None
+                fl = st.throughput_floor.get(c) if fl is None else fl
             if (
                 kind is PolicyKind.COMBINED
                 and fl is None
@@ -182,7 +195,19 @@ def decide(
                     reason=Reason.NO_CHANGE,
                     diagnostics={**res_c.diagnostics, "awaiting_floor": 1.0},
                 )
-            if fl is not None:
+            if fl is not None and predictive and c in st.predictive.floor:
+                # ours: the predictive floor already holds the horizon's demand at the target
+                # attainment; the load policy only adds what the engines show beyond it (a step down
+                # relative to the current count would hold every step in the down window)
+                diag[f"{c}.predictive_floor"] = float(fl)
+                up = res_c.target if res_c.target is not None and res_c.target > current[c] else None
+                if up is None or up < fl:
+                    res_c = ComponentResult(
+                        target=fl,
+                        reason=_direction(fl, current[c]),
+                        diagnostics={**res_c.diagnostics, "floor_set": 1.0},
+                    )
+            elif fl is not None:
                 diag[f"{c}.throughput_floor"] = float(fl)
                 base = res_c.target if res_c.target is not None else current[c]
                 if fl > base:

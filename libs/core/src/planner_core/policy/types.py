@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
+from planner_core.policy.horizon import PredictiveState
 from planner_proto.decision import ComponentReplicas, Reason
 from planner_proto.state import ComponentSnapshot
 from planner_proto.traffic import LoadForecast, TrafficSample
@@ -127,6 +128,8 @@ class PolicyState:
     """Ours: when decode requests were last seen waiting for admission (freezes the decode correction)."""
     recommendations: tuple[Recommendation, ...] = ()
     events: tuple[ScaleEvent, ...] = ()
+    predictive: PredictiveState = field(default_factory=PredictiveState)
+    """Ours: demand series, forecast errors and the latest predictive floor."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,165 @@
+"""Ours: the predictive floor. Per traffic sample, size prefill and decode for the demand of the
+startup horizon at the target attainment.
+
+For each component: a per-replica capacity (tokens/s one engine serves within its latency target,
+queue-aware for prefill), a forecast of the demand ``lead`` samples ahead (the first sample a worker
+ordered now can serve), the measured forecast errors at that lead, and the fewest replicas whose
+predicted attainment over those error scenarios reaches ``target_attainment``
+(:mod:`planner_core.policy.horizon`). The combined policy takes this as its floor; the load policy
+still reacts above it to what the engines report.
+
+- prefill: one engine serves ``isl / prefill_time(isl)`` prompt tokens/s back to back, at most at
+  the utilisation whose queueing tail keeps the target share of TTFTs (queue wait + prefill) within
+  the TTFT target (:func:`planner_core.policy.queueing.max_prefill_utilisation`): queue-aware. The prefill time comes from the learned model when
+  the snapshot has one, else from the profile.
+- decode: the profile's best output tokens/s per GPU at the (corrected) ITL target and the mean
+  context, times ``decode_max_utilisation``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import msgspec
+
+from planner_core.policy.config import PolicyConfig
+from planner_core.policy.horizon import (
+    HorizonConfig,
+    PredictiveState,
+    error_ratios,
+    fewest_replicas,
+    forecast,
+    update_series,
+)
+from planner_core.policy.queueing import max_prefill_utilisation
+from planner_core.policy.types import DECODE, PREFILL, ComponentResult, DecisionInputs, Diagnostics
+from planner_proto.decision import Reason
+from planner_proto.traffic import TrafficSample
+
+_LENGTH_SMOOTHING = 0.3
+
+
+def lead_samples(startup_s: float, interval_s: float) -> int:
+    """Samples from the one just seen to the first one a worker ordered now fully serves."""
+    return max(1, math.ceil(startup_s / interval_s) + 1)
+
+
+def _smooth(prev: float | None, value: float | None) -> float | None:
+    if value is None or not math.isfinite(value) or value <= 0:
+        return prev
+    return value if prev is None else prev + _LENGTH_SMOOTHING * (value - prev)
+
+
+def observe_sample(
+    st: PredictiveState, sample: TrafficSample, cfg: PolicyConfig, hcfg: HorizonConfig
+) -> PredictiveState:
+    """Fold one traffic sample into the demand series (a sample seen before is ignored)."""
+    if st.last_sample_start_s is not None and sample.start_s <= st.last_sample_start_s:
+        return st
+    isl = _smooth(st.isl_tokens, sample.mean_isl_tokens)
+    osl = _smooth(st.osl_tokens, sample.mean_osl_tokens)
+    interval = sample.interval_s
+    n = sample.num_requests if math.isfinite(sample.num_requests) else 0.0
+    index = round(sample.start_s / interval)
+    lead = lead_samples(cfg.startup_s, interval)
+    prompt_rate = n * (isl or 0.0) / interval
+    output_rate = n * (osl or 0.0) / interval
+    return replace(
+        st,
+        last_sample_start_s=sample.start_s,
+        isl_tokens=isl,
+        osl_tokens=osl,
+        prefill=update_series(st.prefill, index, prompt_rate, lead, hcfg),
+        decode=update_series(st.decode, index, output_rate, lead, hcfg),
+    )
+
+
+def prefill_rate_per_replica(service_ms: float, isl_tokens: float) -> float:
+    """Prompt tokens/s one prefill replica serves back to back (one mean prompt per service time)."""
+    if service_ms <= 0 or isl_tokens <= 0:
+        return 0.0
+    return isl_tokens / (service_ms / 1000.0)
+
+
+def predictive_floor(
+    inputs: DecisionInputs,
+    st: PredictiveState,
+    cfg: PolicyConfig,
+    decode_correction: float,
+    hcfg: HorizonConfig | None = None,
+) -> tuple[dict[str, ComponentResult], PredictiveState, Diagnostics]:
+    """Fold in the latest traffic sample and size prefill and decode; components without the data
+    to size them get no result."""
+    hcfg = hcfg or HorizonConfig()
+    diag: Diagnostics = {}
+    if inputs.traffic is not None:
+        st = observe_sample(st, inputs.traffic, cfg, hcfg)
+    interval = inputs.traffic.interval_s if inputs.traffic is not None else None
+    isl, osl = st.isl_tokens, st.osl_tokens
+    if interval is None or isl is None or osl is None or st.prefill.level is None:
+        return {}, st, diag
+    lead = lead_samples(cfg.startup_s, interval)
+    out: dict[str, ComponentResult] = {}
+    comps = set(inputs.replicas)
+
+    if PREFILL in comps:
+        service_ms = _prefill_service_ms(inputs, isl)
+        util = max_prefill_utilisation(
+            service_ms, cfg.ttft_target_ms, cfg.target_attainment, cfg.arrival_variability
+        )
+        per = prefill_rate_per_replica(service_ms, isl) * util
+        fc = forecast(st.prefill, lead, hcfg)
+        out[PREFILL] = _sized(
+            fc, per, error_ratios(st.prefill, hcfg), cfg, {"service_ms": service_ms, "utilisation_cap": util}
+        )
+    if DECODE in comps and inputs.capacity is not None:
+        itl_target = cfg.itl_target_ms / decode_correction if decode_correction > 0 else cfg.itl_target_ms
+        thpt = inputs.capacity.decode.best_thpt_per_gpu(itl_target, isl + osl / 2)
+        per = thpt * cfg.gpus_per_decode * cfg.decode_max_utilisation
+        fc = forecast(st.decode, lead, hcfg)
+        out[DECODE] = _sized(
+            fc, per, error_ratios(st.decode, hcfg), cfg, {"itl_target_corrected_ms": itl_target}
+        )
+    floor = {c: r.target for c, r in out.items() if r.target is not None}
+    diag["predictive.lead_samples"] = float(lead)
+    return out, replace(st, floor=floor), diag
+
+
+def _prefill_service_ms(inputs: DecisionInputs, isl: float) -> float:
+    """Prefill time of one mean prompt on an idle engine: the learned model, else the profile."""
+    snap = inputs.snapshots.get(PREFILL)
+    if snap is not None and inputs.estimator is not None:
+        # at the smoothed mean ISL: the snapshot's own average follows every short-lived mix
+        est = inputs.estimator.ttft_ms(msgspec.structs.replace(snap, avg_isl_tokens=isl), 0.0)
+        if est is not None and math.isfinite(est) and est > 0:
+            return est
+    if inputs.capacity is not None:
+        return float(inputs.capacity.prefill.ttft_ms(isl))
+    return 0.0
+
+
+def _sized(
+    fc: float,
+    per_replica: float,
+    ratios: tuple[float, ...],
+    cfg: PolicyConfig,
+    extra: Diagnostics,
+) -> ComponentResult:
+    if per_replica <= 0 or not math.isfinite(per_replica):
+        return ComponentResult(target=None, reason=Reason.INSUFFICIENT_DATA, diagnostics=extra)
+    hi = 1024 if cfg.max_replicas < 0 else cfg.max_replicas
+    n, cands = fewest_replicas(
+        per_replica, fc, ratios, cfg.target_attainment, minimum=cfg.min_replicas, maximum=hi
+    )
+    diag: Diagnostics = {
+        **extra,
+        "forecast_tok_per_s": fc,
+        "per_replica_tok_per_s": per_replica,
+        "error_ratio_max": max(ratios, default=1.0),
+        "error_ratios": float(len(ratios)),
+    }
+    for k, att in cands.items():
+        diag[f"predicted_attainment_at_{k}"] = att
+    diag["predicted_attainment"] = cands.get(n, 1.0)
+    return ComponentResult(target=n, reason=Reason.NO_CHANGE, need=fc / per_replica, diagnostics=diag)

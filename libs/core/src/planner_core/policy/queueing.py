@@ -1,0 +1,85 @@
+"""Queue-aware TTFT: what a prefill engine's time to first token is once requests wait for it.
+
+TTFT = wait behind the work already queued + the request's own prefill. The reference estimates the
+prefill of (queued + own) tokens as if they were one batch; a planner that sizes by throughput alone
+(tokens/s at 100 % busy) misses that a queue forms long before the engine is saturated. Two views:
+
+- :func:`queued_ttft_ms`: the TTFT of a request that arrives now, behind ``queued_tokens`` prompt
+  tokens, with the engine working through them in chunks of ``max_num_batched_tokens`` (each chunk a
+  pass of the learned pass-time model), then the chunk holding the request's own tokens.
+- :func:`max_prefill_utilisation`: the highest utilisation at which the ``quantile`` of waits still
+  fits the TTFT target, from the G/G/1 exponential tail P(W > w) ~ rho * exp(-w (1 - rho) / s)
+  (s: the mean service time, here the prefill of one mean prompt; Kingman's approximation with
+  Poisson-like arrivals). Pooling over several engines only helps, so the bound is conservative.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+PassTime = Callable[[float], float]
+"""Seconds of one prefill pass computing this many prompt tokens."""
+
+
+def queued_ttft_ms(
+    queued_tokens: float,
+    isl_tokens: float,
+    pass_time_s: PassTime,
+    max_num_batched_tokens: int,
+) -> float:
+    """Queue wait + own prefill, in ms. Every full chunk of the queue is one pass; the request's own
+    tokens share the last partial chunk with the queue's tail (chunked prefill packs them together)."""
+    if max_num_batched_tokens <= 0:
+        raise ValueError(f"max_num_batched_tokens: must be > 0, got {max_num_batched_tokens}")
+    total = max(queued_tokens, 0.0) + max(isl_tokens, 0.0)
+    if total <= 0:
+        return 0.0
+    full, rest = divmod(total, float(max_num_batched_tokens))
+    t = full * pass_time_s(float(max_num_batched_tokens))
+    if rest > 0:
+        t += pass_time_s(rest)
+    return t * 1000.0
+
+
+def wait_tail_probability(
+    utilisation: float, wait_ms: float, service_ms: float, variability: float = 2.0
+) -> float:
+    """P(wait > wait_ms) at this utilisation, exponential-tail approximation (0 when idle).
+
+    ``variability`` = c_a^2 + c_s^2 (squared coefficients of variation of inter-arrival and service
+    times; 2 for Poisson arrivals and exponential service): the tail decays at 2 (1 - rho) / (s c^2).
+    """
+    rho = min(max(utilisation, 0.0), 1.0)
+    if rho <= 0.0:
+        return 0.0
+    if rho >= 1.0 or service_ms <= 0.0:
+        return 1.0 if rho >= 1.0 else 0.0
+    c2 = max(variability, 1e-6)
+    return rho * math.exp(-2.0 * max(wait_ms, 0.0) * (1.0 - rho) / (service_ms * c2))
+
+
+def max_prefill_utilisation(
+    service_ms: float, ttft_target_ms: float, quantile: float, variability: float = 2.0
+) -> float:
+    """Highest utilisation whose ``quantile`` TTFT (wait + one service) stays within the target.
+
+    0 when one request alone misses the target (no number of engines helps it). Bisection on the
+    monotone tail probability; 40 steps give 1e-12 precision.
+    """
+    if not 0.0 < quantile < 1.0:
+        raise ValueError(f"quantile: must be in (0, 1), got {quantile}")
+    allowed_wait = ttft_target_ms - service_ms
+    if service_ms <= 0.0:
+        return 1.0
+    if allowed_wait <= 0.0:
+        return 0.0
+    miss = 1.0 - quantile
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if wait_tail_probability(mid, allowed_wait, service_ms, variability) <= miss:
+            lo = mid
+        else:
+            hi = mid
+    return lo
