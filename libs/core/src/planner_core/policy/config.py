@@ -75,7 +75,7 @@ class PolicyConfig:
     predictive: bool = True
     """Ours (combined): the floor is the predictive one (demand of the startup horizon at the target
     attainment, re-sized on every traffic sample) instead of the throughput mode's (False: seed 002)."""
-    demand_interval_s: float = 15.0
+    demand_interval_s: float = 30.0
     """Ours: traffic sample interval the simulator's frontend uses for the predictive floor (the
     decider takes the samples as the frontend publishes them)."""
     target_attainment: float = 0.99

@@ -4,14 +4,17 @@ requests a fleet of a given capacity would serve.
 A worker ordered now serves from ``now + startup_s``, so the fleet must be sized for the demand of
 then, which nobody knows. The tracker forecasts each demand series (prompt tokens/s for prefill,
 output tokens/s for decode) with a damped level + trend (Holt) over the traffic samples, and keeps
-the ratio actual / forecast of every forecast made ``lead`` samples earlier: an online, empirical
+the error (actual - forecast) of every forecast made ``lead`` samples earlier: an online, empirical
 (conformal) picture of the forecast's error at exactly the lead time that matters, including the
-traffic's bursts at the sample granularity. Until enough ratios are in, a prior spread stands in.
+traffic's bursts at the sample granularity. Errors are kept in units of the series' slow level (a
+long moving average), so they carry over as the traffic grows or shrinks, and a forecast near zero
+(bursty traffic between bursts) does not turn a burst into an infinite ratio. Until enough errors
+are in, a prior spread stands in.
 
 :func:`predicted_attainment` turns this into the number operators ask for: with capacity C tokens/s
-and demand scenarios D_i = r_i * F, the share of the demand served is sum(min(D_i, C)) / sum(D_i)
-(demand beyond capacity waits past its target). The policy then picks the fewest replicas whose
-predicted share reaches the target attainment.
+and demand scenarios D_i = max(0, F + e_i * slow level), the share of the demand served is
+sum(min(D_i, C)) / sum(D_i) (demand beyond capacity waits past its target). The policy then picks
+the fewest replicas whose predicted share reaches the target attainment.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-PRIOR_RATIOS: tuple[float, ...] = (0.6, 0.75, 0.85, 0.95, 1.0, 1.05, 1.15, 1.3, 1.5, 1.8)
-"""Stand-in forecast errors before any are measured: about a 30 % spread, a long upper tail."""
+PRIOR_ERRORS: tuple[float, ...] = (-0.4, -0.25, -0.15, -0.05, 0.0, 0.05, 0.15, 0.3, 0.5, 0.8)
+"""Stand-in forecast errors (in slow levels) before any are measured: a 30 % spread, a long upper tail."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,11 +33,13 @@ class SeriesState:
 
     level: float | None = None
     trend: float = 0.0
+    slow: float = 0.0
+    """Slow moving average: the unit of the errors."""
     last: float = 0.0
-    pending: tuple[tuple[int, float], ...] = ()
-    """(sample index it is for, forecast) of forecasts not yet compared with what happened."""
-    ratios: tuple[float, ...] = ()
-    """actual / forecast at the lead time, newest last."""
+    pending: tuple[tuple[int, float, float], ...] = ()
+    """(sample index it is for, forecast, slow level then) of forecasts not yet settled."""
+    errors: tuple[float, ...] = ()
+    """(actual - forecast) / slow level at the lead time, newest last."""
     samples: int = 0
 
 
@@ -46,9 +51,11 @@ class HorizonConfig:
     """Trend smoothing per sample."""
     damping: float = 0.9
     """Trend damping per step ahead (a trend is not extrapolated forever)."""
-    max_ratios: int = 240
-    min_ratios: int = 12
-    """Measured ratios needed before the prior is dropped."""
+    slow_alpha: float = 0.02
+    """Smoothing of the slow level (about 50 samples)."""
+    max_errors: int = 240
+    min_errors: int = 12
+    """Measured errors needed before the prior is dropped."""
     warmup_samples: int = 8
     """Forecasts made from fewer samples than this (and than the lead) are not scored: a level still
     climbing from its first sample says nothing about the forecaster's steady error."""
@@ -60,32 +67,36 @@ def update_series(
     """Take the actual ``value`` of sample ``index``; settle forecasts made for it; forecast
     ``lead_samples`` ahead and remember that forecast."""
     value = max(value, 0.0) if math.isfinite(value) else 0.0
-    ratios = list(s.ratios)
-    pending: list[tuple[int, float]] = []
-    for idx, fc in s.pending:
+    errors = list(s.errors)
+    pending: list[tuple[int, float, float]] = []
+    for idx, fc, slow in s.pending:
         if idx == index:
-            if fc > 1e-9:
-                ratios.append(value / fc)
+            if slow > 1e-9:
+                errors.append((value - fc) / slow)
         elif idx > index:
-            pending.append((idx, fc))
+            pending.append((idx, fc, slow))
     if s.level is None:
-        level, trend = value, 0.0
+        level, trend, slow = value, 0.0, value
     else:
         prev_level = s.level
         level = cfg.alpha * value + (1 - cfg.alpha) * (prev_level + cfg.damping * s.trend)
         trend = cfg.beta * (level - prev_level) + (1 - cfg.beta) * cfg.damping * s.trend
+        # the slow level follows quickly while it is below the samples' scale (start, after idle)
+        a = max(cfg.slow_alpha, 1.0 / (s.samples + 1))
+        slow = s.slow + a * (value - s.slow)
     nxt = SeriesState(
         level=level,
         trend=trend,
+        slow=slow,
         last=value,
         pending=tuple(pending),
-        ratios=tuple(ratios[-cfg.max_ratios :]),
+        errors=tuple(errors[-cfg.max_errors :]),
         samples=s.samples + 1,
     )
     if nxt.samples < max(cfg.warmup_samples, lead_samples):
         return nxt
     fc = forecast(nxt, lead_samples, cfg)
-    return replace(nxt, pending=(*nxt.pending, (index + lead_samples, fc)))
+    return replace(nxt, pending=(*nxt.pending, (index + lead_samples, fc, slow)))
 
 
 def forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
@@ -96,38 +107,30 @@ def forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
     return max(s.level + damp * s.trend, 0.0)
 
 
-def error_ratios(s: SeriesState, cfg: HorizonConfig) -> tuple[float, ...]:
-    """The measured ratios, or the prior blended in while there are fewer than ``min_ratios``."""
-    if len(s.ratios) >= cfg.min_ratios:
-        return s.ratios
-    return (*PRIOR_RATIOS, *s.ratios)
+def demand_scenarios(s: SeriesState, steps: int, cfg: HorizonConfig) -> tuple[float, ...]:
+    """Demand ``steps`` ahead under each measured error (the prior blended in while there are fewer
+    than ``min_errors``)."""
+    errors = s.errors if len(s.errors) >= cfg.min_errors else (*PRIOR_ERRORS, *s.errors)
+    fc = forecast(s, steps, cfg)
+    unit = max(s.slow, 0.0)
+    return tuple(max(fc + e * unit, 0.0) for e in errors)
 
 
-def predicted_attainment(
-    capacity: float,
-    forecast_value: float,
-    ratios: Sequence[float],
-) -> float:
-    """Share of the demand served within target by ``capacity`` over the demand scenarios
-    ``ratio * forecast_value`` (1.0 when there is no demand).
-
-    Per scenario with demand D, the part beyond capacity waits past its target: share served
-    min(1, C / D). Queueing below capacity is in the capacity itself (a utilisation cap).
+def predicted_attainment(capacity: float, demands: Sequence[float]) -> float:
+    """Share of the demand served within target by ``capacity`` over the demand scenarios (1.0 when
+    there is no demand). Per scenario with demand D, the part beyond capacity waits past its target:
+    share served min(1, C / D). Queueing below capacity is in the capacity itself (a utilisation cap).
     """
-    cap = max(capacity, 0.0)
-    demand = [max(r, 0.0) * forecast_value for r in ratios]
-    total = sum(demand)
+    total = sum(max(d, 0.0) for d in demands)
     if total <= 0.0:
         return 1.0
-    if cap <= 0.0:
-        return 0.0
-    return sum(min(d, cap) for d in demand) / total
+    cap = max(capacity, 0.0)
+    return sum(min(max(d, 0.0), cap) for d in demands) / total
 
 
 def fewest_replicas(
     per_replica: float,
-    forecast_value: float,
-    ratios: Sequence[float],
+    demands: Sequence[float],
     target: float,
     *,
     minimum: int = 0,
@@ -139,7 +142,7 @@ def fewest_replicas(
         return maximum, {}
 
     def att(k: int) -> float:
-        return predicted_attainment(k * per_replica, forecast_value, ratios)
+        return predicted_attainment(k * per_replica, demands)
 
     n = minimum
     while n < maximum and att(n) < target:

@@ -27,7 +27,7 @@ from planner_core.policy.config import PolicyConfig
 from planner_core.policy.horizon import (
     HorizonConfig,
     PredictiveState,
-    error_ratios,
+    demand_scenarios,
     fewest_replicas,
     forecast,
     update_series,
@@ -109,17 +109,23 @@ def predictive_floor(
             service_ms, cfg.ttft_target_ms, cfg.target_attainment, cfg.arrival_variability
         )
         per = prefill_rate_per_replica(service_ms, isl) * util
-        fc = forecast(st.prefill, lead, hcfg)
         out[PREFILL] = _sized(
-            fc, per, error_ratios(st.prefill, hcfg), cfg, {"service_ms": service_ms, "utilisation_cap": util}
+            forecast(st.prefill, lead, hcfg),
+            per,
+            demand_scenarios(st.prefill, lead, hcfg),
+            cfg,
+            {"service_ms": service_ms, "utilisation_cap": util},
         )
     if DECODE in comps and inputs.capacity is not None:
         itl_target = cfg.itl_target_ms / decode_correction if decode_correction > 0 else cfg.itl_target_ms
         thpt = inputs.capacity.decode.best_thpt_per_gpu(itl_target, isl + osl / 2)
         per = thpt * cfg.gpus_per_decode * cfg.decode_max_utilisation
-        fc = forecast(st.decode, lead, hcfg)
         out[DECODE] = _sized(
-            fc, per, error_ratios(st.decode, hcfg), cfg, {"itl_target_corrected_ms": itl_target}
+            forecast(st.decode, lead, hcfg),
+            per,
+            demand_scenarios(st.decode, lead, hcfg),
+            cfg,
+            {"itl_target_corrected_ms": itl_target},
         )
     floor = {c: r.target for c, r in out.items() if r.target is not None}
     diag["predictive.lead_samples"] = float(lead)
@@ -142,7 +148,7 @@ def _prefill_service_ms(inputs: DecisionInputs, isl: float) -> float:
 def _sized(
     fc: float,
     per_replica: float,
-    ratios: tuple[float, ...],
+    demands: tuple[float, ...],
     cfg: PolicyConfig,
     extra: Diagnostics,
 ) -> ComponentResult:
@@ -150,14 +156,14 @@ def _sized(
         return ComponentResult(target=None, reason=Reason.INSUFFICIENT_DATA, diagnostics=extra)
     hi = 1024 if cfg.max_replicas < 0 else cfg.max_replicas
     n, cands = fewest_replicas(
-        per_replica, fc, ratios, cfg.target_attainment, minimum=cfg.min_replicas, maximum=hi
+        per_replica, demands, cfg.target_attainment, minimum=cfg.min_replicas, maximum=hi
     )
     diag: Diagnostics = {
         **extra,
         "forecast_tok_per_s": fc,
         "per_replica_tok_per_s": per_replica,
-        "error_ratio_max": max(ratios, default=1.0),
-        "error_ratios": float(len(ratios)),
+        "demand_max_tok_per_s": max(demands, default=0.0),
+        "scenarios": float(len(demands)),
     }
     for k, att in cands.items():
         diag[f"predicted_attainment_at_{k}"] = att

@@ -1,0 +1,100 @@
+"""Demand over the startup horizon: damped-trend forecast, errors measured at the lead, predicted
+attainment and the fewest replicas that reach a target."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner_core.policy.horizon import (
+    PRIOR_ERRORS,
+    HorizonConfig,
+    SeriesState,
+    demand_scenarios,
+    fewest_replicas,
+    forecast,
+    predicted_attainment,
+    update_series,
+)
+
+CFG = HorizonConfig(warmup_samples=1, min_errors=4)
+
+
+def feed(values: list[float], lead: int, cfg: HorizonConfig = CFG) -> SeriesState:
+    s = SeriesState()
+    for i, v in enumerate(values):
+        s = update_series(s, i, v, lead, cfg)
+    return s
+
+
+def test_flat_series_forecasts_its_level_with_no_error() -> None:
+    s = feed([100.0] * 20, lead=3)
+    assert forecast(s, 3, CFG) == pytest.approx(100.0)
+    assert s.errors and all(e == pytest.approx(0.0) for e in s.errors)
+
+
+def test_errors_are_measured_at_the_lead_in_slow_levels() -> None:
+    # flat 100 then a step to 150: forecasts made 2 samples before the step settle against 150
+    s = feed([100.0] * 10 + [150.0], lead=2)
+    assert s.errors[-1] == pytest.approx(0.5)  # (150 - 100) / 100
+
+
+def test_a_rising_series_is_extrapolated_upwards() -> None:
+    s = feed([100.0 + 10 * i for i in range(30)], lead=4)
+    assert forecast(s, 4, CFG) > s.level  # type: ignore[operator]
+    assert forecast(s, 4, CFG) > forecast(s, 1, CFG)
+
+
+def test_forecast_is_never_negative() -> None:
+    s = feed([1000.0, 500.0, 100.0, 0.0, 0.0, 0.0], lead=10)
+    assert forecast(s, 10, CFG) >= 0.0
+
+
+def test_bursts_between_zeros_do_not_explode_the_scenarios() -> None:
+    # zero traffic with a burst of 1000 every 10th sample: the scenarios stay on the bursts' scale
+    values = [1000.0 if i % 10 == 0 else 0.0 for i in range(200)]
+    s = feed(values, lead=3)
+    scen = demand_scenarios(s, 3, CFG)
+    assert max(scen) <= 1000.0 * 1.5
+    assert max(scen) >= 500.0  # and the bursts are there
+
+
+def test_prior_stands_in_until_enough_errors() -> None:
+    s = feed([100.0] * 3, lead=1, cfg=HorizonConfig(warmup_samples=1, min_errors=50))
+    assert len(demand_scenarios(s, 1, CFG)) == len(PRIOR_ERRORS) + len(s.errors)
+
+
+@pytest.mark.parametrize(
+    ("capacity", "demands", "expected"),
+    [
+        (100.0, [50.0, 100.0], 1.0),
+        (100.0, [200.0, 200.0], 0.5),
+        (100.0, [100.0, 300.0], 200.0 / 400.0),  # (100 + 100) / (100 + 300)
+        (0.0, [10.0], 0.0),
+        (5.0, [], 1.0),
+        (5.0, [0.0, 0.0], 1.0),
+    ],
+)
+def test_predicted_attainment(capacity: float, demands: list[float], expected: float) -> None:
+    assert predicted_attainment(capacity, demands) == pytest.approx(expected)
+
+
+def test_fewest_replicas_meets_the_target_and_one_less_does_not() -> None:
+    demands = [800.0, 900.0, 1000.0, 1100.0, 1500.0]
+    n, cands = fewest_replicas(100.0, demands, 0.99, minimum=1)
+    assert predicted_attainment(n * 100.0, demands) >= 0.99
+    assert predicted_attainment((n - 1) * 100.0, demands) < 0.99
+    assert cands[n] >= 0.99
+    assert n - 1 in cands and n + 1 in cands
+
+
+def test_fewest_replicas_cheaper_at_a_lower_target() -> None:
+    demands = [800.0, 900.0, 1000.0, 1100.0, 1500.0]
+    hi, _ = fewest_replicas(100.0, demands, 0.99)
+    lo, _ = fewest_replicas(100.0, demands, 0.9)
+    assert lo < hi
+
+
+def test_fewest_replicas_respects_bounds() -> None:
+    assert fewest_replicas(100.0, [0.0], 0.99, minimum=2)[0] == 2
+    assert fewest_replicas(1.0, [1e9], 0.99, maximum=8)[0] == 8
+    assert fewest_replicas(0.0, [10.0], 0.99, maximum=8)[0] == 8

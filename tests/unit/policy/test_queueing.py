@@ -1,0 +1,85 @@
+"""Queue-aware TTFT: wait behind the queue + own prefill, and the utilisation cap of the TTFT target."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from planner_core.policy.queueing import max_prefill_utilisation, queued_ttft_ms, wait_tail_probability
+
+
+def linear_pass(tokens: float) -> float:
+    """10 ms + 0.01 ms per token (seconds)."""
+    return 0.010 + tokens * 1e-5
+
+
+@pytest.mark.parametrize(
+    ("queued", "isl", "batch", "expected_ms"),
+    [
+        (0, 1000, 8192, 20.0),  # own prefill only: 10 + 10
+        (7192, 1000, 8192, 91.92),  # queue + own fill exactly one pass: 10 + 81.92
+        (8192, 1000, 8192, 91.92 + 20.0),  # one full pass of queue, then own chunk
+        (20000, 1000, 8192, 2 * 91.92 + (10 + 46.16)),  # 21000 = 2 x 8192 + 4616
+        (0, 0, 8192, 0.0),
+    ],
+)
+def test_queued_ttft_is_queue_wait_plus_prefill(queued: float, isl: float, batch: int, expected_ms: float) -> None:
+    assert queued_ttft_ms(queued, isl, linear_pass, batch) == pytest.approx(expected_ms)
+
+
+def test_queued_ttft_grows_with_the_queue_not_only_with_the_prompt() -> None:
+    alone = queued_ttft_ms(0, 2000, linear_pass, 8192)
+    behind = queued_ttft_ms(30000, 2000, linear_pass, 8192)
+    # 32000 tokens = 3 full passes (3 x 91.92) + 7424 tokens (84.24)
+    assert behind == pytest.approx(3 * 91.92 + 84.24)
+    assert behind > 10 * alone
+
+
+def test_queued_ttft_rejects_a_zero_batch() -> None:
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        queued_ttft_ms(0, 100, linear_pass, 0)
+
+
+@pytest.mark.parametrize(
+    ("rho", "wait", "service", "c2", "expected"),
+    [
+        (0.0, 100, 10, 2.0, 0.0),
+        (1.0, 100, 10, 2.0, 1.0),
+        (0.5, 0, 10, 2.0, 0.5),  # P(W > 0) = rho
+        (0.5, 100, 10, 2.0, 0.5 * math.exp(-5.0)),  # 2 * 100 * 0.5 / (10 * 2)
+        (0.5, 100, 10, 4.0, 0.5 * math.exp(-2.5)),  # burstier arrivals: heavier tail
+    ],
+)
+def test_wait_tail(rho: float, wait: float, service: float, c2: float, expected: float) -> None:
+    assert wait_tail_probability(rho, wait, service, c2) == pytest.approx(expected)
+
+
+def test_utilisation_cap_meets_its_quantile_exactly() -> None:
+    # 30 ms prefill, 500 ms target: allowed wait 470 ms
+    rho = max_prefill_utilisation(30.0, 500.0, 0.99)
+    assert 0.5 < rho < 0.95
+    assert wait_tail_probability(rho, 470.0, 30.0) == pytest.approx(0.01, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("service", "target", "quantile", "expected"),
+    [
+        (600.0, 500.0, 0.99, 0.0),  # one prompt alone misses: no fleet helps it
+        (0.0, 500.0, 0.99, 1.0),
+    ],
+)
+def test_utilisation_cap_edges(service: float, target: float, quantile: float, expected: float) -> None:
+    assert max_prefill_utilisation(service, target, quantile) == expected
+
+
+def test_utilisation_cap_is_lower_for_stricter_quantiles_and_burstier_traffic() -> None:
+    base = max_prefill_utilisation(40.0, 500.0, 0.95)
+    assert max_prefill_utilisation(40.0, 500.0, 0.999) < base
+    assert max_prefill_utilisation(40.0, 500.0, 0.95, variability=6.0) < base
+    assert max_prefill_utilisation(40.0, 3000.0, 0.95) > base  # a looser target allows more
+
+
+def test_utilisation_cap_rejects_a_bad_quantile() -> None:
+    with pytest.raises(ValueError, match="quantile"):
+        max_prefill_utilisation(30.0, 500.0, 1.0)
