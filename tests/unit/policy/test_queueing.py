@@ -24,7 +24,9 @@ def linear_pass(tokens: float) -> float:
         (0, 0, 8192, 0.0),
     ],
 )
-def test_queued_ttft_is_queue_wait_plus_prefill(queued: float, isl: float, batch: int, expected_ms: float) -> None:
+def test_queued_ttft_is_queue_wait_plus_prefill(
+    queued: float, isl: float, batch: int, expected_ms: float
+) -> None:
     assert queued_ttft_ms(queued, isl, linear_pass, batch) == pytest.approx(expected_ms)
 
 
