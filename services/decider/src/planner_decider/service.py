@@ -27,7 +27,7 @@ from planner_decider.capacity import default_profile_dir, load_capacity
 from planner_decider.ids import DecisionIdConflict, DecisionIds
 from planner_decider.inputs import LatestInputs, managed_replicas
 from planner_decider.metrics import DeciderMetrics, estimated_itl_ms, estimated_ttft_ms
-from planner_decider.report import DecisionRow, History, TickPoint, render_html, write_atomic
+from planner_decider.report import DecisionRow, History, TickPoint, attainment_note, render_html, write_atomic
 from planner_decider.settings import DeciderSettings
 from planner_decider.tick import TickOptions, TickOutcome, tick
 from planner_proto import (
@@ -234,7 +234,14 @@ class DeciderService(Service[DeciderSettings]):
                 previous=plan.previous,
                 reasons={c: str(r) for c, r in plan.reasons.items()},
                 advisory=self.settings.advisory,
-                note=f"held: {', '.join(sorted(plan.held))}" if plan.held else "",
+                note="; ".join(
+                    n
+                    for n in (
+                        f"held: {', '.join(sorted(plan.held))}" if plan.held else "",
+                        attainment_note(result.diagnostics, plan.targets),
+                    )
+                    if n
+                ),
             )
         )
         self.log.info(
