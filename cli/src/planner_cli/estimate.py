@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from planner_core.hardware import GpuSelection, GpuSpec
 from planner_core.profile import DecodeProfile, PrefillProfile
 
 # Architecture of a Llama-3.1-8B-class model (public facts), for when no config.json is at hand.
@@ -36,6 +37,38 @@ class EstimateError(Exception):
         self.code = code
 
 
+def resolve_gpu(name: str, memory_gib: float | None = None, spec_path: str | None = None) -> GpuSelection:
+    """``--gpu`` (loose name, "4x H100" = 4 GPUs), ``--gpu-memory-gib`` and ``--gpu-spec FILE.yaml``
+    as one selection; every failure is an :class:`EstimateError` with one clear line."""
+    from planner_core.hardware import UnknownGpuError, custom_gpu, gpu_from_mapping, parse_gpu
+
+    try:
+        if spec_path:
+            import yaml
+
+            try:
+                raw = yaml.safe_load(Path(spec_path).read_text())
+            except (OSError, yaml.YAMLError) as exc:
+                raise EstimateError(f"--gpu-spec {spec_path}: cannot read: {exc}") from None
+            if not isinstance(raw, dict):
+                raise EstimateError(f"--gpu-spec {spec_path}: top level must be a mapping")
+            spec = gpu_from_mapping(raw, spec_path)
+            if memory_gib:
+                spec = custom_gpu(spec, memory_gib)
+            return GpuSelection(spec, 1)
+        try:
+            sel = parse_gpu(name)
+        except UnknownGpuError:
+            if not memory_gib:
+                raise
+            return GpuSelection(custom_gpu(None, memory_gib, name), 1)
+        if memory_gib:
+            return GpuSelection(custom_gpu(sel.spec, memory_gib), sel.count)
+        return sel
+    except UnknownGpuError as exc:
+        raise EstimateError(str(exc)) from None
+
+
 def write_default_model_config(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(LLAMA_8B_ARCH, indent=1))
@@ -44,7 +77,7 @@ def write_default_model_config(path: Path) -> Path:
 
 def estimate_profile(
     model_path: Path,
-    gpu_name: str,
+    gpu_name: str | GpuSpec,
     out: Path,
     *,
     tp: int = 1,
@@ -70,7 +103,12 @@ def estimate_profile(
 
     try:
         model = load_model_config(model_path)
-        gpu = gpu_spec(gpu_name)
+        gpu = gpu_spec(gpu_name) if isinstance(gpu_name, str) else gpu_name
+        if gpu.hbm_gb_s <= 0 or gpu.bf16_tflops <= 0:
+            raise EstimateError(
+                f"GPU '{gpu.name}' has no bandwidth/FLOPs figures: a performance estimate needs "
+                "--gpu-spec FILE.yaml with hbm_gb_s and bf16_tflops"
+            )
         q = quant_from_flag(quant) if quant else None
         settings = EngineSettings(
             max_model_len=max_model_len,
@@ -84,10 +122,12 @@ def estimate_profile(
         mem = predict_memory(model, gpu.memory_gib, settings)
         timing = RooflineTiming.build(model, gpu, quant=q, kv_dtype=kv_dtype, tp=tp)
     except (ModelConfigError, KeyError, ValueError) as exc:
+        if isinstance(exc, KeyError) and exc.args:
+            raise EstimateError(str(exc.args[0])) from None
         raise EstimateError(str(exc)) from None
     if mem.kv_cache_tokens < max_model_len:
         raise EstimateError(
-            f"{model_path.name} does not fit on {gpu_name} x{tp}: KV cache {mem.kv_cache_gib:.1f} GiB "
+            f"{model_path.name} does not fit on {gpu.name} x{tp}: KV cache {mem.kv_cache_gib:.1f} GiB "
             f"({mem.kv_cache_tokens} tokens) < max_model_len {max_model_len}",
             code=1,
         )
@@ -106,7 +146,7 @@ def estimate_profile(
     rec = recommend(prefill, decode, ttft_ms, itl_ms, isl, isl + osl / 2)
     summary = {
         "model": str(model_path),
-        "gpu": gpu_name,
+        "gpu": gpu.name,
         "tp": tp,
         "max_kv_tokens": mem.kv_cache_tokens,
         "num_gpu_blocks": mem.num_gpu_blocks,

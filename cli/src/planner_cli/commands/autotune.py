@@ -14,6 +14,8 @@ HELP = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="local HF config.json (or .summary.json)")
     parser.add_argument("--gpu", default="h100", help="GPU name, e.g. h200, 'NVIDIA H100 80GB', l40s")
+    parser.add_argument("--gpu-memory-gib", type=float, default=None, help="total GPU memory (any board)")
+    parser.add_argument("--gpu-spec", default=None, help="YAML with memory_gib, hbm_gb_s, bf16_tflops, ...")
     parser.add_argument(
         "--tp", type=int, default=None, help="fix the tensor-parallel size (default: search 1,2,4,8)"
     )
@@ -173,24 +175,25 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from planner_cli.estimate import EstimateError, resolve_gpu
     from planner_core.autotune import SearchSpace, from_lengths, search, synthetic, vllm_flags
-    from planner_core.hardware import UnknownGpuError, gpu_spec
     from planner_core.memory.settings import EngineSettings, parse_version
     from planner_core.modelcfg import ModelConfigError, load_model_config
 
     try:
         model = load_model_config(args.model)
-        gpu = gpu_spec(args.gpu)
+        selection = resolve_gpu(args.gpu, args.gpu_memory_gib, args.gpu_spec)
+        gpu = selection.spec
         if args.trace:
             isl, osl, times = _read_trace(args.trace)
             target = "latency" if args.workload in ("chatbot", "interactive") else "throughput"
             workload = from_lengths(isl, osl, times, target=target, name=f"trace:{args.trace}")
         else:
             workload = synthetic(args.workload)
-    except (ModelConfigError, UnknownGpuError, ValueError, OSError) as exc:
+    except (ModelConfigError, EstimateError, ValueError, OSError) as exc:
         print(f"planner autotune: {exc}", file=sys.stderr)
         return 2
-    tps = (args.tp,) if args.tp else (1, 2, 4, 8)
+    tps = (args.tp,) if args.tp else (selection.count,) if selection.count > 1 else (1, 2, 4, 8)
     base = EngineSettings(vllm_version=parse_version(args.vllm_version))
     lens = tuple(sorted({2048, 4096, 8192, 16384, 32768, workload.context_p99_tokens}))
     space = replace(SearchSpace(), tp=tps, max_model_len=lens)

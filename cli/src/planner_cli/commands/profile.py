@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", help="--estimate: HF config.json of the model; --openai-url: the served model name"
     )
     parser.add_argument("--gpu", default="h200", help="GPU name (h200, h100, a100-80gb, b200, l40s, l4, ...)")
+    parser.add_argument("--gpu-memory-gib", type=float, default=None, help="total GPU memory (any board)")
+    parser.add_argument("--gpu-spec", default=None, help="YAML with memory_gib, hbm_gb_s, bf16_tflops, ...")
     parser.add_argument(
         "--tp", default="1", help="tensor parallel size; live sweep: comma list, one engine per value (1,2,4)"
     )
@@ -121,12 +123,13 @@ def run(args: argparse.Namespace) -> int:
     if len(tps) != 1:
         print("planner profile: --estimate takes one --tp value", file=sys.stderr)
         return 2
-    from planner_cli.estimate import EstimateError, estimate_profile
+    from planner_cli.estimate import EstimateError, estimate_profile, resolve_gpu
 
     try:
+        gpu = resolve_gpu(args.gpu, args.gpu_memory_gib, args.gpu_spec)
         summary, prefill, decode = estimate_profile(
             Path(args.model),
-            args.gpu,
+            gpu.spec,
             args.out,
             tp=tps[0],
             quant=args.quant,
