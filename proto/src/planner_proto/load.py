@@ -42,3 +42,16 @@ class WorkerLoadSample(msgspec.Struct, frozen=True, kw_only=True):
     prompt_tokens_total: NonNegFloat = 0.0
     generation_tokens_total: NonNegFloat = 0.0
     max_kv_tokens: NonNegInt = 0
+    # Cumulative timing counters (appended; 0 when the engine does not export them). The difference
+    # of two samples of one worker gives the interval's means: TTFT = d(ttft_seconds_sum) /
+    # d(ttft_seconds_count), ITL likewise, against the interval's load. llama.cpp has no histograms:
+    # its ITL pair is generation seconds over generated tokens.
+    ttft_seconds_sum: NonNegFloat = 0.0
+    ttft_seconds_count: NonNegFloat = 0.0
+    itl_seconds_sum: NonNegFloat = 0.0
+    itl_seconds_count: NonNegFloat = 0.0
+    prefill_seconds_total: NonNegFloat = 0.0
+    """Seconds of prefill summed over requests (with prompt_tokens_total: the cost per prompt token)."""
+    engine_steps_total: NonNegFloat = 0.0
+    step_width_total: NonNegFloat = 0.0
+    """Batch width summed over engine steps (vLLM: tokens per step; llama.cpp: busy slots per decode)."""

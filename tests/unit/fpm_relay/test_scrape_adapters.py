@@ -1,4 +1,6 @@
-"""Scrape adapters on exposition-text fixtures written from each engine's documented metric names."""
+"""Scrape adapters on exposition-text fixtures: written from each engine's current documented metric
+names (vLLM, SGLang, TRT-LLM), and for llama.cpp also recorded from a real llama-server
+(``llamacpp_live.txt``, written by tests/integration/llamacpp/test_llama_metrics.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from planner_fpm_relay.scrape.adapters import LoadReading, ScrapeError, read_load
+from planner_fpm_relay.scrape.adapters import CORE_QUANTITIES, LoadReading, ScrapeError, read_load
 from planner_fpm_relay.scrape.http import dechunk, split_response
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -30,7 +32,61 @@ FIXTURES = Path(__file__).parent / "fixtures"
     ],
 )  # fmt: skip
 def test_read_load(kind: str, fixture: str, want: LoadReading) -> None:
-    assert read_load(kind, (FIXTURES / fixture).read_text()) == want
+    got = read_load(kind, (FIXTURES / fixture).read_text())
+    assert {f: getattr(got, f) for f in CORE_QUANTITIES} == {f: getattr(want, f) for f in CORE_QUANTITIES}
+    assert [m for m in got.missing if m in CORE_QUANTITIES] == list(want.missing)
+
+
+@pytest.mark.parametrize(
+    ("kind", "fixture", "ttft", "itl"),
+    [
+        # histogram sums/counts add over DP engines: (3.0+0.6)/(20+4) s and 9.6/480 s
+        ("vllm", "vllm.txt", (3.6, 24.0), (9.6, 480.0)),
+        ("sglang", "sglang.txt", (25.0, 100.0), (30.0, 1000.0)),
+        ("trtllm", "trtllm.txt", (1.1, 11.0), (1.58, 79.0)),
+    ],
+)
+def test_latency_histogram_sums_and_counts(
+    kind: str, fixture: str, ttft: tuple[float, float], itl: tuple[float, float]
+) -> None:
+    got = read_load(kind, (FIXTURES / fixture).read_text())
+    assert (got.ttft_seconds_sum, got.ttft_seconds_count) == pytest.approx(ttft)
+    assert (got.itl_seconds_sum, got.itl_seconds_count) == pytest.approx(itl)
+    assert not {"ttft_seconds_sum", "itl_seconds_sum"} & set(got.missing)
+
+
+def test_vllm_older_itl_name_and_steps() -> None:
+    text = (
+        "vllm:num_requests_running 2\n"
+        "vllm:time_per_output_token_seconds_sum 0.5\nvllm:time_per_output_token_seconds_count 25\n"
+        "vllm:iteration_tokens_total_sum 300\nvllm:iteration_tokens_total_count 30\n"
+        "vllm:request_prefill_time_seconds_sum 0.25\n"
+    )
+    got = read_load("vllm", text)
+    assert (got.itl_seconds_sum, got.itl_seconds_count) == (0.5, 25.0)
+    assert (got.step_width_total, got.engine_steps_total, got.prefill_seconds_total) == (300.0, 30.0, 0.25)
+
+
+def test_llamacpp_timing_counters_and_busy_slots() -> None:
+    text = (
+        "llamacpp:requests_processing 2\nllamacpp:requests_deferred 0\n"
+        "llamacpp:prompt_tokens_total 100\nllamacpp:prompt_seconds_total 0.4\n"
+        "llamacpp:tokens_predicted_total 50\nllamacpp:tokens_predicted_seconds_total 1.5\n"
+        "llamacpp:n_decode_total 40\nllamacpp:n_busy_slots_per_decode 1.5\n"
+    )
+    got = read_load("llamacpp", text)
+    # mean ITL = generation seconds over generated tokens; busy slots summed over decodes = mean x n
+    assert (got.itl_seconds_sum, got.itl_seconds_count) == (1.5, 50.0)
+    assert (got.engine_steps_total, got.step_width_total) == (40.0, 60.0)
+    assert got.prefill_seconds_total == 0.4
+    # no KV usage exported, no capacity known: reported missing, not invented
+    assert "kv_usage" in got.missing and got.kv_usage == 0.0
+
+
+def test_llamacpp_kv_usage_derived_from_tokens_and_capacity() -> None:
+    text = "llamacpp:requests_processing 1\nllamacpp:kv_cache_tokens 512\n"
+    assert read_load("llamacpp", text, max_kv_tokens=2048).kv_usage == 0.25
+    assert "kv_usage" in read_load("llamacpp", text).missing
 
 
 def test_trtllm_dynamo_prefix() -> None:

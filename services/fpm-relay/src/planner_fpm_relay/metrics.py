@@ -72,6 +72,12 @@ class RelayMetrics:
             ["component", "worker", "result"],
             registry=registry,
         )
+        self.scrape_missing = Counter(
+            "planner_scrape_missing",
+            "Scrapes whose exposition lacked a quantity the engine kind's adapter reads (left at 0)",
+            ["kind", "quantity"],
+            registry=registry,
+        )
         self.bad_engines = Counter(
             "planner_fpm_bad_engine_entries",
             "Registry entries the relay cannot serve",

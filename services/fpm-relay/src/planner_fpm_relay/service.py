@@ -29,7 +29,7 @@ from planner_fpm_relay.kvmirror import KvMirror
 from planner_fpm_relay.membership import Membership
 from planner_fpm_relay.metrics import RelayMetrics
 from planner_fpm_relay.publisher import Publisher
-from planner_fpm_relay.scrape.adapters import ScrapeError, read_load
+from planner_fpm_relay.scrape.adapters import READING_FIELDS, ScrapeError, read_load
 from planner_fpm_relay.scrape.http import http_get
 from planner_fpm_relay.settings import FpmRelaySettings
 from planner_fpm_relay.sharding import owned, plan
@@ -306,7 +306,7 @@ class FpmRelayService(Service[FpmRelaySettings]):
         labels = (target.component, target.worker_id)
         try:
             text = await http_get(target.metrics_url, s.scrape_timeout_s, s.scrape_max_bytes)
-            reading = read_load(target.engine_kind, text)
+            reading = read_load(target.engine_kind, text, target.max_kv_tokens)
         except ScrapeError as exc:
             self.metrics.scrapes.labels(*labels, exc.reason).inc()
             self.log.warning("scrape_failed", engine=target.key, reason=exc.reason, detail=exc.detail[:200])
@@ -321,10 +321,12 @@ class FpmRelayService(Service[FpmRelaySettings]):
             engine_kind=target.engine_kind,
             observed_at_s=time.time(),
             max_kv_tokens=target.max_kv_tokens,
-            **{f: getattr(reading, f) for f in _READING_FIELDS},
+            **{f: getattr(reading, f) for f in READING_FIELDS},
         )
         await self.bus.publish(self.subjects.load(target.component, target.worker_id), sample)
         self.metrics.scrapes.labels(*labels, "ok" if not reading.missing else "partial").inc()
+        for quantity in reading.missing:
+            self.metrics.scrape_missing.labels(target.engine_kind, quantity).inc()
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def health_detail(self) -> dict[str, object]:
@@ -381,13 +383,5 @@ class FpmRelayService(Service[FpmRelaySettings]):
             self._ctx.destroy(linger=0)
             self._ctx = None
 
-
-_READING_FIELDS = (
-    "running_requests",
-    "waiting_requests",
-    "kv_usage",
-    "prompt_tokens_total",
-    "generation_tokens_total",
-)
 
 SERVICE = FpmRelayService

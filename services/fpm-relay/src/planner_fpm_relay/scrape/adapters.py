@@ -29,6 +29,23 @@ class Adapter(msgspec.Struct, frozen=True, kw_only=True):
     kv_usage: tuple[str, ...]
     prompt_tokens: tuple[str, ...]
     generation_tokens: tuple[str, ...]
+    # Cumulative timing counters: a histogram's ``_sum``/``_count`` (or, for llama.cpp, seconds and
+    # tokens counters that divide the same way). Two readings' differences give the interval's mean.
+    ttft_sum: tuple[str, ...] = ()
+    ttft_count: tuple[str, ...] = ()
+    itl_sum: tuple[str, ...] = ()
+    itl_count: tuple[str, ...] = ()
+    prefill_seconds: tuple[str, ...] = ()
+    """Seconds spent in prefill, summed over requests (per-token prefill cost with prompt tokens)."""
+    steps: tuple[str, ...] = ()
+    """Engine steps (forward passes) so far."""
+    step_width: tuple[str, ...] = ()
+    """The batch width summed over the steps (vLLM: tokens per step; llama.cpp: busy slots)."""
+    step_width_mean: tuple[str, ...] = ()
+    """Alternatively the lifetime mean width per step (llama.cpp): times ``steps`` gives the sum."""
+    kv_tokens: tuple[str, ...] = ()
+    kv_capacity: tuple[str, ...] = ()
+    """KV tokens in use and the capacity, to derive a usage fraction when none is exported."""
 
 
 # TRT-LLM serve has used several prefixes (``trtllm_`` on /prometheus/metrics, ``trtllm:`` when
@@ -37,6 +54,18 @@ def _trt(suffix: str) -> tuple[str, ...]:
     return tuple(f"{p}{suffix}" for p in ("trtllm_", "trtllm:", "tensorrt_llm:"))
 
 
+def _hist(names: tuple[str, ...], part: str) -> tuple[str, ...]:
+    return tuple(f"{n}_{part}" for n in names)
+
+
+_VLLM_TTFT = ("vllm:time_to_first_token_seconds",)
+# vLLM >= 0.11 exports inter_token_latency_seconds; older releases time_per_output_token_seconds.
+_VLLM_ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+_SGL_TTFT = ("sglang:time_to_first_token_seconds",)
+_SGL_ITL = ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
+_TRT_TTFT = _trt("time_to_first_token_seconds")
+_TRT_ITL = _trt("time_per_output_token_seconds") + _trt("inter_token_latency_seconds")
+
 ADAPTERS: dict[str, Adapter] = {
     "vllm": Adapter(
         running=("vllm:num_requests_running",),
@@ -44,6 +73,13 @@ ADAPTERS: dict[str, Adapter] = {
         kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
         prompt_tokens=("vllm:prompt_tokens_total",),
         generation_tokens=("vllm:generation_tokens_total",),
+        ttft_sum=_hist(_VLLM_TTFT, "sum"),
+        ttft_count=_hist(_VLLM_TTFT, "count"),
+        itl_sum=_hist(_VLLM_ITL, "sum"),
+        itl_count=_hist(_VLLM_ITL, "count"),
+        prefill_seconds=("vllm:request_prefill_time_seconds_sum",),
+        steps=("vllm:iteration_tokens_total_count",),
+        step_width=("vllm:iteration_tokens_total_sum",),
     ),
     "sglang": Adapter(
         running=("sglang:num_running_reqs",),
@@ -51,6 +87,10 @@ ADAPTERS: dict[str, Adapter] = {
         kv_usage=("sglang:token_usage",),
         prompt_tokens=("sglang:prompt_tokens_total",),
         generation_tokens=("sglang:generation_tokens_total",),
+        ttft_sum=_hist(_SGL_TTFT, "sum"),
+        ttft_count=_hist(_SGL_TTFT, "count"),
+        itl_sum=_hist(_SGL_ITL, "sum"),
+        itl_count=_hist(_SGL_ITL, "count"),
     ),
     "trtllm": Adapter(
         running=_trt("num_requests_running"),
@@ -58,15 +98,33 @@ ADAPTERS: dict[str, Adapter] = {
         kv_usage=_trt("kv_cache_usage_perc") + _trt("kv_cache_utilization"),
         prompt_tokens=_trt("prompt_tokens_total"),
         generation_tokens=_trt("generation_tokens_total"),
+        ttft_sum=_hist(_TRT_TTFT, "sum"),
+        ttft_count=_hist(_TRT_TTFT, "count"),
+        itl_sum=_hist(_TRT_ITL, "sum"),
+        itl_count=_hist(_TRT_ITL, "count"),
     ),
+    # llama-server --metrics: no latency histograms, but per-request seconds counters. Generation
+    # seconds over generated tokens is the mean time between tokens of a request (each slot adds its
+    # own generation time); there is no request counter, so no TTFT mean, but prompt seconds over
+    # prompt tokens gives the prefill cost per token. Current releases no longer export KV usage.
     "llamacpp": Adapter(
         running=("llamacpp:requests_processing",),
         waiting=("llamacpp:requests_deferred",),
         kv_usage=("llamacpp:kv_cache_usage_ratio",),
         prompt_tokens=("llamacpp:prompt_tokens_total",),
         generation_tokens=("llamacpp:tokens_predicted_total",),
+        itl_sum=("llamacpp:tokens_predicted_seconds_total",),
+        itl_count=("llamacpp:tokens_predicted_total",),
+        prefill_seconds=("llamacpp:prompt_seconds_total",),
+        steps=("llamacpp:n_decode_total",),
+        step_width_mean=("llamacpp:n_busy_slots_per_decode",),
+        kv_tokens=("llamacpp:kv_cache_tokens",),
     ),
 }
+
+CORE_QUANTITIES = ("running_requests", "waiting_requests", "kv_usage", "prompt_tokens_total",
+                   "generation_tokens_total")  # fmt: skip
+"""Quantities every adapter reads; a reading without any of them is not this engine's exposition."""
 
 
 class LoadReading(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,8 +133,19 @@ class LoadReading(msgspec.Struct, frozen=True, kw_only=True):
     kv_usage: float = 0.0
     prompt_tokens_total: float = 0.0
     generation_tokens_total: float = 0.0
+    ttft_seconds_sum: float = 0.0
+    ttft_seconds_count: float = 0.0
+    itl_seconds_sum: float = 0.0
+    itl_seconds_count: float = 0.0
+    prefill_seconds_total: float = 0.0
+    engine_steps_total: float = 0.0
+    step_width_total: float = 0.0
     missing: tuple[str, ...] = ()
-    """Quantities the text did not have (left at 0)."""
+    """Quantities the adapter reads for this kind that the text did not have (left at 0)."""
+
+
+READING_FIELDS = tuple(f for f in LoadReading.__struct_fields__ if f != "missing")
+"""The LoadReading fields a WorkerLoadSample carries under the same names."""
 
 
 def samples_by_name(text: str) -> dict[str, list[float]]:
@@ -99,28 +168,58 @@ def _pick(samples: Mapping[str, list[float]], names: tuple[str, ...], use_max: b
     return None
 
 
-def read_load(kind: str, text: str) -> LoadReading:
+def read_load(kind: str, text: str, max_kv_tokens: int = 0) -> LoadReading:
     """The load picture in ``text`` for an engine of ``kind``. Raises ScrapeError (``unknown_kind``,
-    ``malformed`` or ``no_metrics`` when none of the kind's metrics is present)."""
+    ``malformed`` or ``no_metrics`` when none of the kind's core metrics is present).
+
+    KV usage not exported is derived from KV tokens in use over the capacity (exported, or
+    ``max_kv_tokens`` from the engine's registration) when both are known, else listed as missing.
+    """
     adapter = ADAPTERS.get(kind)
     if adapter is None:
         raise ScrapeError("unknown_kind", f"no scrape adapter for engine kind {kind!r}")
     samples = samples_by_name(text)
-    fields = {
-        "running_requests": _pick(samples, adapter.running, use_max=False),
-        "waiting_requests": _pick(samples, adapter.waiting, use_max=False),
+
+    def total(names: tuple[str, ...]) -> float | None:
+        return _pick(samples, names, use_max=False)
+
+    core: dict[str, float | None] = {
+        "running_requests": total(adapter.running),
+        "waiting_requests": total(adapter.waiting),
         "kv_usage": _pick(samples, adapter.kv_usage, use_max=True),
-        "prompt_tokens_total": _pick(samples, adapter.prompt_tokens, use_max=False),
-        "generation_tokens_total": _pick(samples, adapter.generation_tokens, use_max=False),
+        "prompt_tokens_total": total(adapter.prompt_tokens),
+        "generation_tokens_total": total(adapter.generation_tokens),
     }
-    missing = tuple(k for k, v in fields.items() if v is None)
-    if len(missing) == len(fields):
+    if all(v is None for v in core.values()):
         raise ScrapeError("no_metrics", f"none of the {kind} metrics found")
+    if core["kv_usage"] is None and adapter.kv_tokens:
+        used = total(adapter.kv_tokens)
+        cap = total(adapter.kv_capacity) if adapter.kv_capacity else None
+        cap = cap if cap else float(max_kv_tokens)
+        if used is not None and cap > 0:
+            core["kv_usage"] = used / cap
+    timing: dict[str, float | None] = {}
+    for field, names in (
+        ("ttft_seconds_sum", adapter.ttft_sum),
+        ("ttft_seconds_count", adapter.ttft_count),
+        ("itl_seconds_sum", adapter.itl_sum),
+        ("itl_seconds_count", adapter.itl_count),
+        ("prefill_seconds_total", adapter.prefill_seconds),
+        ("engine_steps_total", adapter.steps),
+    ):
+        if names:
+            timing[field] = total(names)
+    if adapter.step_width:
+        timing["step_width_total"] = total(adapter.step_width)
+    elif adapter.step_width_mean:
+        mean, steps = total(adapter.step_width_mean), timing.get("engine_steps_total")
+        timing["step_width_total"] = None if mean is None or steps is None else mean * steps
+    values = core | timing
+    missing = tuple(k for k, v in values.items() if v is None)
+    out = {k: max(0.0, v or 0.0) for k, v in values.items()}
     return LoadReading(
-        running_requests=max(0, round(fields["running_requests"] or 0.0)),
-        waiting_requests=max(0, round(fields["waiting_requests"] or 0.0)),
-        kv_usage=max(0.0, fields["kv_usage"] or 0.0),
-        prompt_tokens_total=max(0.0, fields["prompt_tokens_total"] or 0.0),
-        generation_tokens_total=max(0.0, fields["generation_tokens_total"] or 0.0),
+        running_requests=round(out.pop("running_requests")),
+        waiting_requests=round(out.pop("waiting_requests")),
         missing=missing,
+        **out,
     )
