@@ -92,3 +92,36 @@ async def test_messages_then_tick() -> None:
         reg.get_sample_value("planner_regression_messages_total", {"component": "decode", "kind": "pass"})
         == 11
     )
+
+
+async def test_scraped_workers_get_estimates_from_their_histograms() -> None:
+    """No FPM at all: consecutive load samples of a vLLM worker train the coarser model, and the
+    snapshot's est_itl_ms comes from it (ITL = 10 ms + 2 ms x batch in the samples)."""
+    from planner_proto import WorkerLoadSample
+
+    svc, cs, _ = make()
+    on_load = svc._load_handler(cs)
+    subject = Subjects("n").load(Component.DECODE, "v0")
+    tokens = itl_sum = 0.0
+    for k in range(12):
+        running = 2 + (k % 4) * 4  # 2, 6, 10, 14 at both ends of each interval after the first
+        itl = 0.010 + 0.002 * running
+        tokens += 1000.0
+        itl_sum += 1000.0 * itl
+        sample = WorkerLoadSample(
+            worker_id="v0",
+            engine_kind="vllm",
+            observed_at_s=10.0 * k,
+            running_requests=running,
+            itl_seconds_sum=itl_sum,
+            itl_seconds_count=tokens,
+        )
+        await on_load(sample, subject)
+    assert cs.scraped.intervals == 11
+    snap = svc.update(cs, 1000.0)
+    (w,) = snap.workers
+    assert not cs.model.fit().ready  # no FPM model: the estimate is the scraped one
+    # the last sample has 14 running: a request joining makes a batch of 15. The line fitted from
+    # interval means (loads are the ends' mean) is not exact, hence the tolerance.
+    assert w.est_itl_ms is not None and abs(w.est_itl_ms - (10 + 2 * 15)) / 40 < 0.15
+    assert w.est_ttft_ms is None  # decode component

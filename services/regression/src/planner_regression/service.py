@@ -17,7 +17,7 @@ from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 from prometheus_client import Counter, Gauge
 
-from planner_core.regression import Admission, OnlineRegression
+from planner_core.regression import Admission, OnlineRegression, ScrapedSpeedModel
 from planner_proto import (
     Component,
     ComponentSnapshot,
@@ -43,6 +43,8 @@ class ComponentState:
         self.model = model
         self.fpm_tracks: dict[str, WorkerTrack] = {}
         self.load_tracks: dict[str, WorkerTrack] = {}
+        self.scraped = ScrapedSpeedModel()
+        """Coarser speed model from scraped engines' interval means (used where FPM gives none)."""
         self.heartbeats = 0
         self.fpm_of_dropped = 0
         """Messages counted by tracks that were dropped since (keeps the message counter monotonic)."""
@@ -75,6 +77,18 @@ class RegressionMetrics:
         )
         self.samples = Gauge(
             "planner_regression_samples", "Samples retained by the fit", ["component"], registry=r
+        )
+        self.scraped_ready = Gauge(
+            "planner_regression_scraped_model_ready",
+            "1 when the coarser model from scraped histograms gives this quantity (itl, ttft)",
+            ["component", "quantity"],
+            registry=r,
+        )
+        self.scraped_points = Gauge(
+            "planner_regression_scraped_intervals",
+            "Scraped intervals (one per pair of samples of a worker) the coarser model holds",
+            ["component", "quantity"],
+            registry=r,
         )
         self.persist_errors = Counter(
             "planner_regression_persist_errors", "Failed writes of model state to KV", registry=r
@@ -173,7 +187,10 @@ class RegressionService(Service[RegressionSettings]):
             track = tracks.get(subject)
             if track is None:
                 track = tracks[subject] = new_track(subject, 0, max_pending)
+            prev = track.sample
             track.take_sample(sample)
+            if prev is not None:
+                cs.scraped.observe_samples(prev, sample)
 
         return on_load
 
@@ -230,6 +247,7 @@ class RegressionService(Service[RegressionSettings]):
             lookup=lambda wid: self.engines.get(engine_key(comp, wid)),
             model=cs.model,
             kv_hit_rate=s.kv_hit_rate,
+            scraped=cs.scraped,
         )
         self._report(cs, snap)
         return snap
@@ -273,6 +291,10 @@ class RegressionService(Service[RegressionSettings]):
         model = snap.model
         m.ready.labels(comp).set(1.0 if model is not None and model.ready else 0.0)
         m.samples.labels(comp).set(model.num_samples if model is not None else 0)
+        if cs.scraped.intervals:
+            for quantity, fit in (("itl", cs.scraped.itl_fit()), ("ttft", cs.scraped.ttft_fit())):
+                m.scraped_ready.labels(comp, quantity).set(1.0 if fit.ready else 0.0)
+                m.scraped_points.labels(comp, quantity).set(fit.num_points)
 
     # ---- persistence and shutdown --------------------------------------------------------------
     async def persist(self, force: bool = False) -> None:

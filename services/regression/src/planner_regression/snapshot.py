@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from planner_core.regression import LatencyEstimate, OnlineRegression
+from planner_core.regression import LatencyEstimate, OnlineRegression, ScrapedSpeedModel
 from planner_proto import (
     Component,
     ComponentSnapshot,
@@ -49,6 +49,10 @@ def _itl_ms(model: OnlineRegression, scheduled_kv: float, queued_kv: float) -> f
     return _ms(model.estimate_next_itl(scheduled_kv_tokens=scheduled_kv, queued_kv_tokens=queued_kv))
 
 
+def _scaled(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
 def load_from_fpm(
     track: WorkerTrack,
     fpm: ForwardPassMetrics,
@@ -83,9 +87,13 @@ def load_from_sample(
     info: EngineInfo | None,
     model: OnlineRegression,
     kv_hit_rate: float,
+    scraped: ScrapedSpeedModel | None = None,
 ) -> WorkerLoad:
     """A scrape adapter reports requests and KV usage, not tokens: the KV tokens in use come from the
-    usage fraction, and the queued prefill tokens from the waiting requests times the average ISL."""
+    usage fraction, and the queued prefill tokens from the waiting requests times the average ISL.
+
+    The pass-time model (learned from FPM engines of the component) gives the estimates when it can;
+    otherwise the coarser model learned from the scraped histograms (``scraped``) does."""
     caps = info.capabilities if info is not None else DEFAULT_CAPABILITIES
     max_kv = sample.max_kv_tokens or caps.max_kv_tokens
     kv_tokens = round(sample.kv_usage * max_kv)
@@ -93,6 +101,13 @@ def load_from_sample(
     ttft = None
     if avg_isl is not None:
         ttft = _ttft_ms(model, sample.waiting_requests * avg_isl, kv_tokens, caps, kv_hit_rate)
+    itl = _itl_ms(model, kv_tokens, 0.0)
+    if scraped is not None:
+        comp = model.config.component
+        if ttft is None and comp is not Component.DECODE:
+            ttft = _scaled(scraped.estimate_ttft_s(sample.waiting_requests))
+        if itl is None and comp is not Component.PREFILL:
+            itl = _scaled(scraped.estimate_itl_s(sample.running_requests))
     return WorkerLoad(
         worker_id=track.worker_id,
         last_seen_s=track.last_seen_s,
@@ -102,7 +117,7 @@ def load_from_sample(
         scheduled_decode_kv_tokens=kv_tokens,
         kv_usage=sample.kv_usage,
         est_ttft_ms=ttft,
-        est_itl_ms=_itl_ms(model, kv_tokens, 0.0),
+        est_itl_ms=itl,
         draining=info.draining if info is not None else False,
     )
 
@@ -122,6 +137,7 @@ def build_snapshot(
     lookup: InfoLookup,
     model: OnlineRegression,
     kv_hit_rate: float,
+    scraped: ScrapedSpeedModel | None = None,
 ) -> ComponentSnapshot:
     workers: list[WorkerLoad] = []
     infos: list[EngineInfo | None] = []
@@ -131,7 +147,7 @@ def build_snapshot(
         if t.latest is not None:
             workers.append(load_from_fpm(t, t.latest, info, model, kv_hit_rate))
         elif t.sample is not None:
-            workers.append(load_from_sample(t, t.sample, info, model, kv_hit_rate))
+            workers.append(load_from_sample(t, t.sample, info, model, kv_hit_rate, scraped))
     workers.sort(key=lambda w: w.worker_id)
     avg = model.averages
     return ComponentSnapshot(

@@ -12,6 +12,12 @@ from planner_core.regression.model import (
     features_of,
 )
 from planner_core.regression.samples import Retention, SampleStore
+from planner_core.regression.scraped import (
+    ScrapedFit,
+    ScrapedInterval,
+    ScrapedSpeedModel,
+    interval_between,
+)
 from planner_core.regression.state import (
     RegressionState,
     export_state,
@@ -32,6 +38,9 @@ __all__ = [
     "RegressionState",
     "Retention",
     "SampleStore",
+    "ScrapedFit",
+    "ScrapedInterval",
+    "ScrapedSpeedModel",
     "ShapeAverages",
     "estimate_next_itl",
     "estimate_next_ttft",
@@ -39,6 +48,7 @@ __all__ = [
     "features_of",
     "fit_linear",
     "import_state",
+    "interval_between",
     "state_from_json",
     "state_to_json",
 ]

@@ -1,0 +1,192 @@
+"""Engine speed learned from what stock engines export over ``/metrics`` (no ForwardPassMetrics).
+
+A scrape adapter's WorkerLoadSample carries cumulative counters: latency histograms' sums and counts
+(vLLM, SGLang, TRT-LLM) or seconds/tokens counters (llama.cpp), next to gauges of the load. The
+difference of two samples of one worker is one *interval*: its mean TTFT and mean ITL, against the
+interval's mean load. The fits are the FPM path's robust estimator (IRLS, relative errors, Huber):
+
+- ITL vs decode load: ``itl = a + b * running`` (the batch a decode step carries; for llama.cpp
+  the busy slots per decode over the interval, which it exports as a counter pair);
+- TTFT vs queued prefill tokens: ``ttft = c + d * (waiting * mean ISL)``, the ISL of the interval
+  being its prompt tokens over its first tokens.
+
+This is coarser than the FPM path: one point per interval, means instead of passes, loads sampled
+at the interval's ends. Pure: samples in, numbers out; time is each sample's own stamp.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner_core.regression.fit import FitMethod, LinearFit, fit_linear
+from planner_proto import WorkerLoadSample
+
+SOURCE = "scraped"
+"""How estimates from this model are labelled (coarser than the FPM model's)."""
+
+_STEP_WIDTH_IS_SLOTS = frozenset({"llamacpp"})
+"""Kinds whose step width counter is the decode batch (busy slots), not tokens per step."""
+
+
+@dataclass(frozen=True)
+class ScrapedInterval:
+    """What one worker did between two of its samples."""
+
+    duration_s: float
+    decode_load: float
+    """Mean decode batch (running requests) over the interval."""
+    queued_prefill_tokens: float | None
+    """Mean waiting requests times the interval's mean ISL (None without a request count)."""
+    ttft_s: float | None
+    itl_s: float | None
+    ttft_count: float = 0.0
+    itl_count: float = 0.0
+    isl_tokens: float | None = None
+
+
+_COUNTERS = (
+    "ttft_seconds_sum",
+    "ttft_seconds_count",
+    "itl_seconds_sum",
+    "itl_seconds_count",
+    "prefill_seconds_total",
+    "engine_steps_total",
+    "step_width_total",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+)
+
+
+def interval_between(
+    prev: WorkerLoadSample, cur: WorkerLoadSample, *, min_count: float = 1.0
+) -> ScrapedInterval | None:
+    """The interval from ``prev`` to ``cur`` (same worker), or None when there is none to learn from:
+    not later, a counter went backwards (the engine restarted), or nothing finished in between."""
+    dt = cur.observed_at_s - prev.observed_at_s
+    if not dt > 0.0:
+        return None
+    d = {name: getattr(cur, name) - getattr(prev, name) for name in _COUNTERS}
+    if any(v < 0.0 for v in d.values()):
+        return None
+    ttft = d["ttft_seconds_sum"] / d["ttft_seconds_count"] if d["ttft_seconds_count"] >= min_count else None
+    itl = d["itl_seconds_sum"] / d["itl_seconds_count"] if d["itl_seconds_count"] >= min_count else None
+    if ttft is None and itl is None:
+        return None
+    load = (prev.running_requests + cur.running_requests) / 2.0
+    if cur.engine_kind in _STEP_WIDTH_IS_SLOTS and d["engine_steps_total"] > 0.0:
+        load = d["step_width_total"] / d["engine_steps_total"]
+    isl = None
+    queued = None
+    if d["ttft_seconds_count"] >= min_count and d["prompt_tokens_total"] > 0.0:
+        isl = d["prompt_tokens_total"] / d["ttft_seconds_count"]
+        queued = (prev.waiting_requests + cur.waiting_requests) / 2.0 * isl
+    return ScrapedInterval(
+        duration_s=dt,
+        decode_load=load,
+        queued_prefill_tokens=queued,
+        ttft_s=ttft,
+        itl_s=itl,
+        ttft_count=d["ttft_seconds_count"],
+        itl_count=d["itl_seconds_count"],
+        isl_tokens=isl,
+    )
+
+
+@dataclass(frozen=True)
+class ScrapedFit:
+    """One fitted line ``y = intercept_s + slope_s * x``; ``reason`` empty when usable."""
+
+    intercept_s: float
+    slope_s: float
+    num_points: int
+    r2: float | None
+    reason: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.reason == ""
+
+    def predict_s(self, x: float) -> float:
+        return max(0.0, self.intercept_s + self.slope_s * x)
+
+
+def _fit(points: deque[tuple[float, float]], min_points: int, method: FitMethod) -> ScrapedFit:
+    n = len(points)
+    if n < min_points:
+        return ScrapedFit(0.0, 0.0, n, None, "too_few_intervals")
+    x = np.array([[p[0]] for p in points], dtype=np.float64)
+    y = np.array([p[1] for p in points], dtype=np.float64)
+    if float(np.ptp(x)) <= 0.0:
+        # One load level only: the mean is the best line we have (flat), still an estimate.
+        return ScrapedFit(float(np.median(y)), 0.0, n, None)
+    lf: LinearFit = fit_linear(x, y, method)
+    if not lf.ok:
+        return ScrapedFit(0.0, 0.0, n, None, lf.reason)
+    slope = lf.coefs[0]
+    if slope < 0.0:
+        return ScrapedFit(lf.intercept, slope, n, lf.r2, "negative_slope")
+    return ScrapedFit(lf.intercept, slope, n, lf.r2)
+
+
+class ScrapedSpeedModel:
+    """ITL vs decode load and TTFT vs queued prefill tokens, from scraped intervals (one component).
+
+    Bounded: the newest ``max_points`` intervals per line. ``observe`` is O(1); ``fit`` refits only
+    after new intervals."""
+
+    def __init__(self, *, max_points: int = 256, min_points: int = 4, method: FitMethod = "robust") -> None:
+        self.itl_points: deque[tuple[float, float]] = deque(maxlen=max_points)
+        self.ttft_points: deque[tuple[float, float]] = deque(maxlen=max_points)
+        self.isl_tokens: deque[float] = deque(maxlen=64)
+        self.min_points = min_points
+        self.method: FitMethod = method
+        self.intervals = 0
+        self._itl: ScrapedFit | None = None
+        self._ttft: ScrapedFit | None = None
+
+    def observe(self, iv: ScrapedInterval) -> None:
+        self.intervals += 1
+        if iv.itl_s is not None:
+            self.itl_points.append((iv.decode_load, iv.itl_s))
+            self._itl = None
+        if iv.ttft_s is not None and iv.queued_prefill_tokens is not None:
+            self.ttft_points.append((iv.queued_prefill_tokens, iv.ttft_s))
+            self._ttft = None
+        if iv.isl_tokens is not None:
+            self.isl_tokens.append(iv.isl_tokens)
+
+    def observe_samples(self, prev: WorkerLoadSample, cur: WorkerLoadSample) -> ScrapedInterval | None:
+        iv = interval_between(prev, cur)
+        if iv is not None:
+            self.observe(iv)
+        return iv
+
+    def itl_fit(self) -> ScrapedFit:
+        if self._itl is None:
+            self._itl = _fit(self.itl_points, self.min_points, self.method)
+        return self._itl
+
+    def ttft_fit(self) -> ScrapedFit:
+        if self._ttft is None:
+            self._ttft = _fit(self.ttft_points, self.min_points, self.method)
+        return self._ttft
+
+    @property
+    def avg_isl_tokens(self) -> float | None:
+        return float(np.mean(self.isl_tokens)) if self.isl_tokens else None
+
+    def estimate_itl_s(self, running_requests: float) -> float | None:
+        """ITL of a request joining ``running_requests`` others (the batch grows by one)."""
+        fit = self.itl_fit()
+        return fit.predict_s(running_requests + 1.0) if fit.ready else None
+
+    def estimate_ttft_s(self, waiting_requests: float) -> float | None:
+        """TTFT of a request arriving behind ``waiting_requests`` queued ones."""
+        fit = self.ttft_fit()
+        isl = self.avg_isl_tokens
+        if not fit.ready or isl is None:
+            return None
+        return fit.predict_s(waiting_requests * isl)
