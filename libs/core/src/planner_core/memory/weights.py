@@ -26,8 +26,11 @@ def model_dtype(model: ModelConfig, settings: EngineSettings) -> str:
 
 
 def effective_quant(model: ModelConfig, settings: EngineSettings) -> QuantConfig | None:
-    flagged = quant_from_flag(settings.quantization)
-    return flagged if flagged is not None else model.quant
+    """The checkpoint's own quantization wins: on a quantized checkpoint ``--quantization`` only names
+    the kernel (``awq_marlin``, ``compressed-tensors``); on an unquantized one it quantizes online."""
+    if model.quant is not None:
+        return model.quant
+    return quant_from_flag(settings.quantization)
 
 
 def _attn_params_rank(model: ModelConfig, layer: LayerAttention, tp: int) -> tuple[float, float]:
