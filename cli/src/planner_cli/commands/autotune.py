@@ -23,7 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trace", help="CSV/JSONL trace with input/output lengths (and optionally timestamps)"
     )
-    parser.add_argument("--vllm-version", default="0.19", help="vLLM version to model (default 0.19)")
+    parser.add_argument(
+        "--vllm-version",
+        default="0.21",
+        help="vLLM version to model (default 0.21: CUDA graphs inside the KV budget, utilisation 0.92; "
+        "older versions leave graphs outside it)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--plot", help="write the Pareto plot to this PNG")
     parser.add_argument("--validate", metavar="CSV", help="compare predictions with a reports CSV")
@@ -177,7 +182,8 @@ def run(args: argparse.Namespace) -> int:
 
     from planner_cli.estimate import EstimateError, resolve_gpu
     from planner_core.autotune import SearchSpace, from_lengths, search, synthetic, vllm_flags
-    from planner_core.memory.settings import EngineSettings, parse_version
+    from planner_core.memory.failure import kv_cache_memory_flag
+    from planner_core.memory.settings import EngineSettings, default_gpu_memory_utilization, parse_version
     from planner_core.modelcfg import ModelConfigError, load_model_config
 
     try:
@@ -194,7 +200,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"planner autotune: {exc}", file=sys.stderr)
         return 2
     tps = (args.tp,) if args.tp else (selection.count,) if selection.count > 1 else (1, 2, 4, 8)
-    base = EngineSettings(vllm_version=parse_version(args.vllm_version))
+    version = parse_version(args.vllm_version)
+    base = EngineSettings(
+        vllm_version=version, gpu_memory_utilization=default_gpu_memory_utilization(version)
+    )
     lens = tuple(sorted({2048, 4096, 8192, 16384, 32768, workload.context_p99_tokens}))
     space = replace(SearchSpace(), tp=tps, max_model_len=lens)
     try:
@@ -215,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
             "evaluated": len(result.candidates),
         }
         if best is not None and best.breakdown is not None:
-            payload["flags"] = vllm_flags(best.settings)
+            payload["flags"] = [*vllm_flags(best.settings), kv_cache_memory_flag(best.breakdown)]
             payload["memory_gib"] = _breakdown_dict(best.breakdown)
             payload["score"] = round(best.score, 4)
             payload["tp"] = best.settings.tp
@@ -234,7 +243,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(
         f"[bold]{model.architecture}[/bold] on {gpu.name} x{best.settings.tp}, workload {workload.name}"
     )
-    console.print("vllm serve <model> " + " ".join(vllm_flags(best.settings)))
+    flags = [*vllm_flags(best.settings), kv_cache_memory_flag(best.breakdown)]
+    console.print("vllm serve <model> " + " ".join(flags))
     table = Table(title="Predicted memory per GPU")
     table.add_column("component")
     table.add_column("GiB", justify="right")

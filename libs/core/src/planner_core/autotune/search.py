@@ -19,6 +19,7 @@ from enum import StrEnum
 
 from planner_core.autotune.workload import WorkloadProfile
 from planner_core.memory.breakdown import MemoryBreakdown, predict_memory
+from planner_core.memory.failure import predict_failure
 from planner_core.memory.params import DEFAULT_PARAMS, MemoryParams
 from planner_core.memory.settings import EngineSettings, default_capture_sizes
 from planner_core.modelcfg import ModelConfig
@@ -114,10 +115,11 @@ def check(
         return Reason.CONTEXT_ABOVE_MODEL_LIMIT, f"max_position_embeddings={model.max_position_embeddings}"
     if s.kv_cache_dtype != "auto" and not gpu_has_fp8:
         return Reason.FP8_KV_UNSUPPORTED, "no FP8 tensor cores on this GPU"
+    failure = predict_failure(b, s)  # vLLM's own wording
     if b.kv_cache_gib <= 0:
-        return Reason.WEIGHTS_EXCEED_BUDGET, f"KV remainder {b.kv_cache_gib:.2f} GiB <= 0"
-    if b.max_concurrency < 1.0:
-        return Reason.KV_TOO_SMALL_FOR_ONE_REQUEST, f"{b.kv_cache_tokens} KV tokens < {s.max_model_len}"
+        return Reason.WEIGHTS_EXCEED_BUDGET, f"KV remainder {b.kv_cache_gib:.2f} GiB <= 0: {failure}"
+    if failure is not None:
+        return Reason.KV_TOO_SMALL_FOR_ONE_REQUEST, failure
     if b.headroom_gib < params.graph_headroom_slack_gib:
         return Reason.GRAPHS_EXCEED_HEADROOM, (
             f"graphs {b.cuda_graph_gib:.2f} GiB leave {b.headroom_gib:.2f} GiB outside the budget"

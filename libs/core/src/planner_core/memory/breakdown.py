@@ -1,7 +1,7 @@
 """The per-GPU memory breakdown vLLM reports at start-up, predicted from config + settings.
 
 KV cache is the remainder: ``gpu_memory_utilization * total - (weights + activation + non_torch)``
-(and the graphs too when :attr:`MemoryParams.graph_in_kv_budget`). Blocks, tokens and concurrency
+(and the graphs too from vLLM 0.21, :attr:`MemoryParams.graph_in_kv_since`). Blocks, tokens and concurrency
 follow vLLM's arithmetic: ``blocks = floor(kv_bytes / (block_size * kv_bytes_per_token))``.
 """
 
@@ -67,8 +67,9 @@ def predict_stage(
     sizes = settings.capture_sizes(gpu_total_gib)
     graph = cuda_graph_gib(model, settings, params, sizes, stage)
     budget = settings.gpu_memory_utilization * gpu_total_gib
-    kv = budget - weights - act - nt - (graph if params.graph_in_kv_budget else 0.0)
-    headroom = gpu_total_gib - budget - (0.0 if params.graph_in_kv_budget else graph)
+    graph_in_kv = params.graph_in_kv_budget or settings.vllm_version >= params.graph_in_kv_since
+    kv = budget - weights - act - nt - (graph if graph_in_kv else 0.0)
+    headroom = gpu_total_gib - budget - (0.0 if graph_in_kv else graph)
     layers = len(stage_layers(model.num_layers, settings.pp, stage))
     kv_dtype = model_dtype(model, settings) if settings.kv_cache_dtype == "auto" else settings.kv_cache_dtype
     per_token = model.kv_bytes_per_token(kv_dtype, settings.tp) * layers / model.num_layers

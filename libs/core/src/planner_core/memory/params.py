@@ -59,6 +59,10 @@ class MemoryParams:
     # - weights - activation - non-torch, exactly, in every report): graphs live in the headroom
     # (1 - util) * total. Set True to model versions or flags that reserve it up front.
     graph_in_kv_budget: bool = False
+    # vLLM >= 0.21 profiles the CUDA graphs before sizing the KV cache and takes them out of the
+    # budget (KV = util * total - weights - activation - non-torch - graphs), with the default
+    # gpu_memory_utilization raised from 0.90 to 0.92 to compensate.
+    graph_in_kv_since: tuple[int, int] = (0, 21)
     # Headroom the graphs need to leave free so a start-up does not OOM (allocator slack).
     graph_headroom_slack_gib: float = 0.5
 

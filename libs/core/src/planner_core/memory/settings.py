@@ -11,6 +11,15 @@ DEFAULT_MAX_NUM_SEQS = (1024, 256)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = (8192, 2048)
 
 
+# vLLM >= 0.21 counts CUDA-graph memory inside the budget and raised the default to compensate.
+UTILIZATION_092_SINCE = (0, 21)
+
+
+def default_gpu_memory_utilization(vllm_version: tuple[int, int]) -> float:
+    """vLLM's default ``gpu_memory_utilization`` for a version."""
+    return 0.92 if vllm_version >= UTILIZATION_092_SINCE else 0.9
+
+
 class SettingsError(ValueError):
     """An engine setting out of its allowed range (names the field)."""
 
@@ -79,7 +88,7 @@ def default_capture_sizes(max_num_seqs: int, vllm_version: tuple[int, int] = (0,
 
 
 def parse_version(text: str) -> tuple[int, int]:
-    """ "0.19.0" -> (0, 19); anything unparsable -> the newest version modelled."""
+    """ "0.19.0" -> (0, 19); anything unparsable -> (0, 19), the version most reports come from."""
     parts = text.strip().lstrip("v").split(".")
     try:
         return int(parts[0]), int(parts[1])

@@ -1,0 +1,84 @@
+"""vLLM version behaviour (graphs inside the KV budget from 0.21), failures in vLLM's words, and the
+``--kv-cache-memory`` flag."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from planner_core.hardware import gpu_spec
+from planner_core.memory import EngineSettings, predict_memory
+from planner_core.memory.failure import NO_MEMORY, kv_cache_memory_bytes, predict_failure
+from planner_core.memory.settings import default_gpu_memory_utilization
+from planner_core.modelcfg import load_model_config
+
+
+@pytest.fixture
+def llama8b(shared_data: Path):  # type: ignore[no-untyped-def]
+    return load_model_config(shared_data / "model_configs" / "meta-llama--Llama-3.1-8B.json")
+
+
+@pytest.mark.parametrize(
+    ("version", "util"), [((0, 15), 0.9), ((0, 19), 0.9), ((0, 21), 0.92), ((1, 0), 0.92)]
+)
+def test_default_utilization(version: tuple[int, int], util: float) -> None:
+    assert default_gpu_memory_utilization(version) == util
+
+
+def test_graphs_counted_before_kv_from_0_21(llama8b) -> None:  # type: ignore[no-untyped-def]
+    h100 = gpu_spec("h100").memory_gib
+    old = predict_memory(llama8b, h100, EngineSettings(vllm_version=(0, 19)))
+    new = predict_memory(llama8b, h100, EngineSettings(vllm_version=(0, 21)))
+    assert old.cuda_graph_gib > 0.3
+    # same util: the new KV is smaller by exactly the graph memory, and the headroom larger by it
+    assert new.kv_cache_gib == pytest.approx(old.kv_cache_gib - old.cuda_graph_gib)
+    assert new.headroom_gib == pytest.approx(old.headroom_gib + old.cuda_graph_gib)
+    eager = predict_memory(llama8b, h100, EngineSettings(vllm_version=(0, 21), enforce_eager=True))
+    assert eager.kv_cache_gib == pytest.approx(old.kv_cache_gib)
+
+
+def test_failures_in_vllm_words(shared_data: Path, llama8b) -> None:  # type: ignore[no-untyped-def]
+    big = load_model_config(shared_data / "model_configs" / "meta-llama--Llama-3.1-70B.json")
+    s = EngineSettings(max_model_len=8192)
+    b = predict_memory(big, gpu_spec("L4").memory_gib, s)
+    assert predict_failure(b, s) == NO_MEMORY
+    # 8B bf16 on a 24 GB card: ~5 GiB of KV = ~40k tokens, short of one 131072-token request
+    s = EngineSettings(max_model_len=131072, max_num_seqs=16)
+    b = predict_memory(llama8b, gpu_spec("RTX 4090").memory_gib, s)
+    msg = predict_failure(b, s)
+    assert msg is not None and msg.startswith(
+        "To serve at least one request with the models's max seq len (131072)"
+    )
+    assert f"estimated maximum model length is {b.num_gpu_blocks * 16}" in msg
+    s = EngineSettings(max_model_len=8192, max_num_seqs=16)
+    assert predict_failure(predict_memory(llama8b, gpu_spec("RTX 4090").memory_gib, s), s) is None
+
+
+def test_kv_cache_memory_bytes(llama8b) -> None:  # type: ignore[no-untyped-def]
+    b = predict_memory(llama8b, gpu_spec("h100").memory_gib, EngineSettings())
+    n = kv_cache_memory_bytes(b)
+    # whole blocks of 16 tokens x 131072 bytes, within one block of the remainder
+    assert n % (16 * 131072) == 0
+    assert 0 <= b.kv_cache_gib * 2**30 - n < 16 * 131072
+
+
+def test_cli_flags_and_version(shared_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from planner_cli.commands import autotune
+
+    parser = argparse.ArgumentParser()
+    autotune.add_arguments(parser)
+    cfg = str(shared_data / "model_configs" / "meta-llama--Llama-3.1-8B.json")
+    kv = {}
+    for version in ("0.19", "0.21"):
+        args = parser.parse_args(
+            ["--model", cfg, "--gpu", "4x H100 80GB", "--vllm-version", version, "--json"]
+        )
+        assert autotune.run(args) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["tp"] == 4  # "4x" fixes the TP size
+        flag = next(f for f in out["flags"] if f.startswith("--kv-cache-memory="))
+        kv[version] = int(flag.split("=")[1])
+    assert kv["0.19"] > 0 and kv["0.21"] > 0
