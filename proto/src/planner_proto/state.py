@@ -40,3 +40,6 @@ class ComponentSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     avg_prefill_tokens_per_pass: float | None = None
     avg_num_decode_requests: float | None = None
     kv_hit_rate: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.0
+    model_source: str = ""
+    """Where ``model`` comes from: ``fpm`` (forward passes) or ``scraped`` (interval means of stock
+    engines' /metrics: coarser); empty from senders that predate the field."""

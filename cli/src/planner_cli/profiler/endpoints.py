@@ -217,6 +217,15 @@ class NatsEngineEndpoint:
 _WORDS = ("time", "people", "water", "house", "story", "light", "music", "river", "paper", "world")
 
 
+def openai_base(url: str) -> str:
+    """The API base of an OpenAI-compatible server: ``http://host:port`` means ``http://host:port/v1``
+    (what llama-server, vLLM and SGLang serve); a URL with a path is kept as given."""
+    from urllib.parse import urlsplit
+
+    url = url.rstrip("/")
+    return url + "/v1" if urlsplit(url).path in ("", "/") else url
+
+
 class OpenAIEndpoint:
     """An OpenAI-compatible server (vLLM, SGLang, TRT-LLM, llama.cpp, ...): streamed completions."""
 
@@ -235,7 +244,7 @@ class OpenAIEndpoint:
     ) -> None:
         import httpx
 
-        self.base_url = base_url.rstrip("/")
+        self.base_url = openai_base(base_url)
         self.model = model
         self.name = f"openai {self.base_url}"
         self.ignore_eos = ignore_eos
@@ -249,9 +258,29 @@ class OpenAIEndpoint:
             transport=transport,
         )
         self._rng = random.Random(seed)
+        self._token_range = (1000, 30000)
 
     async def connect(self) -> OpenAIEndpoint:
+        """Reads the vocabulary size where the server tells it (llama-server's ``/models`` meta), so
+        token prompts stay inside small vocabularies."""
+        n_vocab = await self.vocab_size()
+        if n_vocab is not None and n_vocab < self._token_range[1]:
+            self._token_range = (min(1000, n_vocab // 4), n_vocab)
         return self
+
+    async def vocab_size(self) -> int | None:
+        import httpx
+
+        try:
+            r = await self._client.get(f"{self.base_url}/models")
+            r.raise_for_status()
+            for m in r.json().get("data", []):
+                meta = m.get("meta") or {}
+                if meta.get("n_vocab"):
+                    return int(meta["n_vocab"])
+        except (httpx.HTTPError, ValueError, TypeError, AttributeError):
+            return None
+        return None
 
     async def limits(self) -> EngineLimits | None:
         """The limits given by flags; the context length from ``/models`` (vLLM's max_model_len) when
@@ -276,7 +305,8 @@ class OpenAIEndpoint:
     def _prompt(self, isl: int) -> list[int] | str:
         if self.prompt_format == "tokens":
             # random ids from the range every common vocabulary has: no prefix-cache hits between requests
-            return [self._rng.randrange(1000, 30000) for _ in range(isl)]
+            lo, hi = self._token_range
+            return [self._rng.randrange(lo, hi) for _ in range(isl)]
         return " ".join(self._rng.choice(_WORDS) for _ in range(isl))
 
     def _body(self, isl: int, osl: int) -> dict[str, Any]:

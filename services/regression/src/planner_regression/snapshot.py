@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from planner_core.regression import LatencyEstimate, OnlineRegression, ScrapedSpeedModel
 from planner_proto import (
@@ -88,6 +89,7 @@ def load_from_sample(
     model: OnlineRegression,
     kv_hit_rate: float,
     scraped: ScrapedSpeedModel | None = None,
+    scraped_view: ScrapedView | None = None,
 ) -> WorkerLoad:
     """A scrape adapter reports requests and KV usage, not tokens: the KV tokens in use come from the
     usage fraction, and the queued prefill tokens from the waiting requests times the average ISL.
@@ -97,6 +99,12 @@ def load_from_sample(
     caps = info.capabilities if info is not None else DEFAULT_CAPABILITIES
     max_kv = sample.max_kv_tokens or caps.max_kv_tokens
     kv_tokens = round(sample.kv_usage * max_kv)
+    queued_prefill = 0
+    if scraped is not None and scraped_view is not None:
+        if sample.kv_usage <= 0.0 and sample.running_requests > 0:
+            # no KV usage exported (llama.cpp): the running requests at the typical KV each holds
+            kv_tokens = round(sample.running_requests * scraped_view.kv_per_request)
+        queued_prefill = round(sample.waiting_requests * scraped_view.isl_tokens)
     avg_isl = model.averages.avg_isl_tokens
     ttft = None
     if avg_isl is not None:
@@ -115,11 +123,41 @@ def load_from_sample(
         running_requests=sample.running_requests,
         waiting_requests=sample.waiting_requests,
         scheduled_decode_kv_tokens=kv_tokens,
-        kv_usage=sample.kv_usage,
+        queued_prefill_tokens=queued_prefill,
+        kv_usage=sample.kv_usage if sample.kv_usage > 0.0 or max_kv <= 0 else kv_tokens / max_kv,
         est_ttft_ms=ttft,
         est_itl_ms=itl,
         draining=info.draining if info is not None else False,
     )
+
+
+@dataclass(frozen=True)
+class ScrapedView:
+    """How a scraped fleet's requests translate into the pass-time model's tokens."""
+
+    kv_per_request: float
+    """KV tokens a running request holds: from the exported KV usage when there is one, else the
+    engine's KV capacity over its slots (llama.cpp: the context of one slot)."""
+    isl_tokens: float
+    """Mean prompt length: from the TTFT histogram's request count, else half a request's KV."""
+
+
+def scraped_view(
+    samples: Iterable[tuple[WorkerLoadSample, EngineInfo | None]], scraped: ScrapedSpeedModel
+) -> ScrapedView:
+    per_req: list[float] = []
+    slots: list[float] = []
+    for sample, info in samples:
+        caps = info.capabilities if info is not None else DEFAULT_CAPABILITIES
+        max_kv = sample.max_kv_tokens or caps.max_kv_tokens
+        if sample.kv_usage > 0.0 and sample.running_requests > 0 and max_kv > 0:
+            per_req.append(sample.kv_usage * max_kv / sample.running_requests)
+        elif max_kv > 0:
+            slots.append(max_kv / caps.max_num_seqs)
+    pool = per_req or slots
+    kv_per_request = sum(pool) / len(pool) if pool else 1024.0
+    isl = scraped.avg_isl_tokens or kv_per_request / 2.0
+    return ScrapedView(kv_per_request=kv_per_request, isl_tokens=isl)
 
 
 def common_capabilities(infos: Iterable[EngineInfo | None]) -> EngineCapabilities | None:
@@ -141,15 +179,39 @@ def build_snapshot(
 ) -> ComponentSnapshot:
     workers: list[WorkerLoad] = []
     infos: list[EngineInfo | None] = []
-    for t in tracks:
-        info = lookup(t.engine_id)
+    tracks = list(tracks)
+    looked = [(t, lookup(t.engine_id)) for t in tracks]
+    fpm_model = model.to_latency_model()
+    view: ScrapedView | None = None
+    samples = [(t.sample, info) for t, info in looked if t.latest is None and t.sample is not None]
+    if scraped is not None and samples and not fpm_model.ready:
+        view = scraped_view(samples, scraped)
+    for t, info in looked:
         infos.append(info)
         if t.latest is not None:
             workers.append(load_from_fpm(t, t.latest, info, model, kv_hit_rate))
         elif t.sample is not None:
-            workers.append(load_from_sample(t, t.sample, info, model, kv_hit_rate, scraped))
+            workers.append(load_from_sample(t, t.sample, info, model, kv_hit_rate, scraped, view))
     workers.sort(key=lambda w: w.worker_id)
     avg = model.averages
+    if view is not None and scraped is not None:
+        # No FPM model: the coarser one learned from the scraped intervals, in the same features.
+        scraped_model = scraped.latency_model(component, view.kv_per_request)
+        busy = [s.running_requests for s, _ in samples]
+        return ComponentSnapshot(
+            namespace=namespace,
+            component=component,
+            issued_at_s=now_s,
+            workers=workers,
+            model=scraped_model,
+            capabilities=common_capabilities(infos),
+            avg_isl_tokens=view.isl_tokens,
+            avg_decode_length_tokens=view.kv_per_request,
+            avg_prefill_tokens_per_pass=0.0,
+            avg_num_decode_requests=sum(busy) / len(busy),
+            kv_hit_rate=kv_hit_rate,
+            model_source="scraped",
+        )
     return ComponentSnapshot(
         namespace=namespace,
         component=component,
@@ -162,4 +224,5 @@ def build_snapshot(
         avg_prefill_tokens_per_pass=avg.avg_prefill_tokens_per_pass,
         avg_num_decode_requests=avg.avg_num_decode_requests,
         kv_hit_rate=kv_hit_rate,
+        model_source="fpm",
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner_core.regression.fit import FitMethod, LinearFit, fit_linear
-from planner_proto import WorkerLoadSample
+from planner_proto import Component, LatencyModel, WorkerLoadSample
 
 SOURCE = "scraped"
 """How estimates from this model are labelled (coarser than the FPM model's)."""
@@ -45,6 +45,8 @@ class ScrapedInterval:
     ttft_count: float = 0.0
     itl_count: float = 0.0
     isl_tokens: float | None = None
+    prefill_s_per_token: float | None = None
+    """Prefill seconds over prompt tokens in the interval (engines with a prefill seconds counter)."""
 
 
 _COUNTERS = (
@@ -73,7 +75,11 @@ def interval_between(
         return None
     ttft = d["ttft_seconds_sum"] / d["ttft_seconds_count"] if d["ttft_seconds_count"] >= min_count else None
     itl = d["itl_seconds_sum"] / d["itl_seconds_count"] if d["itl_seconds_count"] >= min_count else None
-    if ttft is None and itl is None:
+    if (
+        ttft is None
+        and itl is None
+        and not (d["prefill_seconds_total"] > 0.0 and d["prompt_tokens_total"] > 0.0)
+    ):
         return None
     load = (prev.running_requests + cur.running_requests) / 2.0
     if cur.engine_kind in _STEP_WIDTH_IS_SLOTS and d["engine_steps_total"] > 0.0:
@@ -83,7 +89,11 @@ def interval_between(
     if d["ttft_seconds_count"] >= min_count and d["prompt_tokens_total"] > 0.0:
         isl = d["prompt_tokens_total"] / d["ttft_seconds_count"]
         queued = (prev.waiting_requests + cur.waiting_requests) / 2.0 * isl
+    per_token = None
+    if d["prefill_seconds_total"] > 0.0 and d["prompt_tokens_total"] > 0.0:
+        per_token = d["prefill_seconds_total"] / d["prompt_tokens_total"]
     return ScrapedInterval(
+        prefill_s_per_token=per_token,
         duration_s=dt,
         decode_load=load,
         queued_prefill_tokens=queued,
@@ -141,6 +151,7 @@ class ScrapedSpeedModel:
         self.itl_points: deque[tuple[float, float]] = deque(maxlen=max_points)
         self.ttft_points: deque[tuple[float, float]] = deque(maxlen=max_points)
         self.isl_tokens: deque[float] = deque(maxlen=64)
+        self.prefill_per_token: deque[float] = deque(maxlen=64)
         self.min_points = min_points
         self.method: FitMethod = method
         self.intervals = 0
@@ -157,6 +168,8 @@ class ScrapedSpeedModel:
             self._ttft = None
         if iv.isl_tokens is not None:
             self.isl_tokens.append(iv.isl_tokens)
+        if iv.prefill_s_per_token is not None:
+            self.prefill_per_token.append(iv.prefill_s_per_token)
 
     def observe_samples(self, prev: WorkerLoadSample, cur: WorkerLoadSample) -> ScrapedInterval | None:
         iv = interval_between(prev, cur)
@@ -190,3 +203,55 @@ class ScrapedSpeedModel:
         if not fit.ready or isl is None:
             return None
         return fit.predict_s(waiting_requests * isl)
+
+    @property
+    def prefill_s_per_token(self) -> float | None:
+        """Cost of one prompt token: the TTFT line's slope, else the median of the intervals' prefill
+        seconds over prompt tokens (llama.cpp, which has no TTFT histogram)."""
+        fit = self.ttft_fit()
+        if fit.ready and fit.slope_s > 0.0:
+            return fit.slope_s
+        return float(np.median(self.prefill_per_token)) if self.prefill_per_token else None
+
+    def latency_model(self, component: Component, kv_per_request: float) -> LatencyModel:
+        """The scraped lines in the pass-time model's features, so the decider's estimator and the
+        load policy work on a scraped fleet. ``kv_per_request``: KV tokens a running request holds
+        (the decode load ``running`` becomes ``running * kv_per_request`` tokens):
+
+        - decode/agg: ``intercept = a``, per KV token ``b / kv_per_request`` (ITL = a + b * batch);
+        - prefill/agg: per prefill token the prompt-token cost.
+
+        ``reason`` names what is missing when not ready; coarser than the FPM fit by construction
+        (``num_samples`` counts intervals, not passes)."""
+        feats = {
+            Component.PREFILL: ("sum_prefill_tokens",),
+            Component.DECODE: ("num_decode_requests", "sum_decode_kv_tokens"),
+            Component.AGG: ("sum_prefill_tokens", "sum_decode_kv_tokens"),
+        }[component]
+        itl, per_token = self.itl_fit(), self.prefill_s_per_token
+        reason = ""
+        if component is not Component.PREFILL and not itl.ready:
+            reason = f"scraped_itl:{itl.reason}"
+        elif component is not Component.DECODE and per_token is None:
+            reason = "scraped_prefill:no_prompt_timing"
+        elif kv_per_request <= 0.0:
+            reason = "scraped:no_kv_per_request"
+        per_kv = itl.slope_s / kv_per_request if kv_per_request > 0.0 else 0.0
+        if component is Component.PREFILL:
+            ttft = self.ttft_fit()
+            isl = self.avg_isl_tokens or 0.0
+            base = max(0.0, ttft.intercept_s - (per_token or 0.0) * isl) if ttft.ready else 0.0
+            intercept, coefs = base, [per_token or 0.0]
+        elif component is Component.DECODE:
+            intercept, coefs = itl.intercept_s, [0.0, per_kv]
+        else:
+            intercept, coefs = itl.intercept_s, [per_token or 0.0, per_kv]
+        return LatencyModel(
+            features=list(feats),
+            coefficients=coefs,
+            intercept_s=intercept,
+            ready=reason == "",
+            num_samples=len(self.itl_points) if component is not Component.PREFILL else len(self.ttft_points),
+            r2=itl.r2 if component is not Component.PREFILL else self.ttft_fit().r2,
+            reason=reason,
+        )

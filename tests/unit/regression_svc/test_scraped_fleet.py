@@ -1,0 +1,124 @@
+"""A fleet of stock llama.cpp servers (scrape path only, no FPM): the regression service's snapshot
+carries the coarser model learned from their counters, and the decider's load policy scales on it:
+up while every slot is busy and requests are deferred, back down when the fleet idles."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from planner_core.policy import PolicyConfig, load_policy
+from planner_core.policy.estimator import SnapshotEstimator
+from planner_core.regression import OnlineRegression
+from planner_proto import (
+    Component,
+    ComponentSnapshot,
+    EngineCapabilities,
+    EngineInfo,
+    Subjects,
+    WorkerLoadSample,
+    encode,
+)
+from planner_proto.decision import ComponentReplicas, Reason
+from planner_regression.service import ComponentState, RegressionService
+from planner_regression.settings import RegressionSettings
+
+SLOTS, CTX = 2, 1024
+CAPS = EngineCapabilities(num_gpu_blocks=SLOTS * CTX, block_size_tokens=1, max_num_seqs=SLOTS)
+CFG = PolicyConfig(ttft_target_ms=2000.0, itl_target_ms=40.0, cold_start_s=0.0)
+
+
+class Worker:
+    """Cumulative llama.cpp counters: ITL = 8 ms + 6 ms x busy slots, prefill 0.2 ms per token."""
+
+    def __init__(self, wid: str) -> None:
+        self.wid = wid
+        self.c = dict.fromkeys(
+            ["itl_seconds_sum", "itl_seconds_count", "prefill_seconds_total", "prompt_tokens_total",
+             "engine_steps_total", "step_width_total"], 0.0)  # fmt: skip
+
+    def step(self, t: float, busy: float, running: int, waiting: int) -> WorkerLoadSample:
+        c = self.c
+        if busy > 0:
+            itl = 0.008 + 0.006 * busy
+            tokens = 10.0 * busy / itl
+            c["itl_seconds_sum"] += tokens * itl
+            c["itl_seconds_count"] += tokens
+            c["engine_steps_total"] += tokens / busy
+            c["step_width_total"] += tokens
+            c["prompt_tokens_total"] += 400.0
+            c["prefill_seconds_total"] += 400.0 * 0.0002
+        return WorkerLoadSample(
+            worker_id=self.wid,
+            engine_kind="llamacpp",
+            observed_at_s=t,
+            running_requests=running,
+            waiting_requests=waiting,
+            generation_tokens_total=c["itl_seconds_count"],
+            **c,
+        )
+
+
+def make() -> tuple[RegressionService, ComponentState]:
+    settings = msgspec.convert(
+        {"namespace": "n", "components": ["agg"], "liveness_timeout_s": 60.0, "cold_start_s": 0.0},
+        RegressionSettings,
+    )
+    svc = RegressionService(settings)
+    cs = ComponentState(Component.AGG, OnlineRegression(settings.regression_config(Component.AGG)))
+    svc.components[Component.AGG] = cs
+    return svc, cs
+
+
+def register(svc: RegressionService, wid: str) -> None:
+    info = EngineInfo(namespace="n", component=Component.AGG, worker_id=wid, capabilities=CAPS,
+                      metrics_url="http://127.0.0.1:1/metrics", engine_kind="llamacpp")  # fmt: skip
+    svc.engines.apply(Subjects("n").engine_key(Component.AGG, wid), encode(info), "PUT")
+
+
+def decide(snap: ComponentSnapshot, n: int) -> tuple[int | None, Reason]:
+    reps = ComponentReplicas(desired=n, ready=n)
+    r = load_policy("agg", snap, reps, n, SnapshotEstimator(), CFG, snap.issued_at_s)
+    return r.target, r.reason
+
+
+async def test_load_policy_scales_a_scraped_llamacpp_fleet_up_and_down() -> None:
+    svc, cs = make()
+    on_load = svc._load_handler(cs)
+    subj = Subjects("n").load(Component.AGG, "w0")
+    register(svc, "w0")
+    w0 = Worker("w0")
+    t = 0.0
+    # warm-up at varied load: the service learns ITL vs busy slots from the counters alone
+    for busy in (1.0, 2.0, 1.0, 1.5, 2.0, 1.0):
+        await on_load(w0.step(t, busy, round(busy), 0), subj)
+        t += 10.0
+    snap = svc.update(cs, t)
+    assert snap.model_source == "scraped" and snap.model is not None and snap.model.ready, snap.model
+    assert snap.model.intercept_s * 1000 == pytest.approx(8.0, rel=0.1)
+
+    # saturated: both slots busy, two requests deferred -> scale up to 2
+    await on_load(w0.step(t, 2.0, 2, 2), subj)
+    snap = svc.update(cs, t)
+    (w,) = snap.workers
+    assert w.est_itl_ms is not None and w.scheduled_decode_kv_tokens == SLOTS * CTX
+    assert decide(snap, 1) == (2, Reason.SCALE_UP)
+
+    # two workers, traffic gone: idle -> back to 1
+    register(svc, "w1")
+    w1 = Worker("w1")
+    subj1 = Subjects("n").load(Component.AGG, "w1")
+    t += 10.0
+    await on_load(w0.step(t, 0.0, 0, 0), subj)
+    await on_load(w1.step(t, 0.0, 0, 0), subj1)
+    snap = svc.update(cs, t)
+    assert len(snap.workers) == 2
+    assert decide(snap, 2) == (1, Reason.SCALE_DOWN)
+
+    # moderate load on both (one slot each) is not consolidated onto one 2-slot engine with a queue
+    t += 10.0
+    await on_load(w0.step(t, 1.0, 1, 0), subj)
+    await on_load(w1.step(t, 1.0, 1, 0), subj1)
+    snap = svc.update(cs, t)
+    target, reason = decide(snap, 2)
+    assert target == 2 and reason is Reason.NO_CHANGE, (target, reason)
