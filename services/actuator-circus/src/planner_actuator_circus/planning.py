@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from planner_actuator_circus.state import Phase, WorkerRecord
+from planner_runtime.actuation.backend import pick_victims
+from planner_runtime.actuation.records import Phase, WorkerRecord
+
+__all__ = ["allocate", "budget_error", "free_gpus", "next_index", "pick_victims"]
 
 
 def free_gpus(pool: Iterable[int], workers: Iterable[WorkerRecord]) -> list[int]:
@@ -44,18 +47,3 @@ def next_index(used: Iterable[int]) -> int:
     while k in taken:
         k += 1
     return k
-
-
-def pick_victims(
-    active: list[WorkerRecord],
-    count: int,
-    ready: set[str],
-    in_flight: Mapping[str, int],
-) -> list[WorkerRecord]:
-    """The ``count`` workers cheapest to remove: not yet ready first (nothing to drain), then the
-    fewest in-flight requests (unknown load counts as 0), then the newest (highest start time/index)."""
-    order = sorted(
-        active,
-        key=lambda w: (w.name in ready, in_flight.get(w.name, 0), -w.started_at_s, -w.index),
-    )
-    return order[: max(0, count)]

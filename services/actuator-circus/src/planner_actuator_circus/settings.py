@@ -10,7 +10,7 @@ from msgspec import Meta
 
 from planner_actuator_circus.command import WorkerCommand
 from planner_proto import Component
-from planner_runtime.settings import LeaseSettings
+from planner_runtime.settings import ActuatorSettings
 
 Token = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$", max_length=64)]
 DEFAULT_WORKER_CMD = (
@@ -38,7 +38,7 @@ def parse_component_map(items: list[str], what: str) -> dict[str, int]:
     return out
 
 
-class CircusActuatorSettings(LeaseSettings, frozen=True, kw_only=True):
+class CircusActuatorSettings(ActuatorSettings, frozen=True, kw_only=True):
     """Circus actuator: applies ScalingDecisions as one circusd watcher per worker."""
 
     actuator_id: Token = "circus"

@@ -1,41 +1,17 @@
-"""What the actuator remembers across restarts (KV ``planner_state``), and watcher naming."""
+"""Watcher naming, and the records the actuator persists (the actuation core's, re-exported under
+the names the chaos checks read)."""
 
 from __future__ import annotations
 
-import enum
 import re
-from typing import Annotated
-
-import msgspec
-from msgspec import Meta
 
 from planner_proto import Component
+from planner_runtime.actuation.records import FollowerState, Phase, WorkerRecord
 
+ActuatorState = FollowerState
+"""What the circus actuator persists in KV ``planner_state`` (key ``{ns}.actuator-circus.{id}``)."""
 
-class Phase(enum.StrEnum):
-    STARTING = "starting"
-    """Recorded, the circus ``add`` not yet confirmed (a crash here leaves no watcher, or one to adopt)."""
-    RUNNING = "running"
-    DRAINING = "draining"
-    """SIGTERM sent (or about to be): the worker finishes its requests, then the watcher is removed."""
-
-
-class WorkerRecord(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    component: Component
-    index: Annotated[int, Meta(ge=0)]
-    gpus: list[int] = []
-    phase: Phase = Phase.STARTING
-    started_at_s: float = 0.0
-    drain_started_at_s: float = 0.0
-
-
-class ActuatorState(msgspec.Struct, frozen=True, kw_only=True):
-    workers: dict[str, WorkerRecord] = {}
-    desired: dict[str, Annotated[int, Meta(ge=0)]] = {}
-    last_decision_id: Annotated[int, Meta(ge=0)] = 0
-    completed_decision_id: Annotated[int, Meta(ge=0)] = 0
-    """The last decision acked ``completed``: a new holder does not complete it again."""
+__all__ = ["ActuatorState", "Phase", "WorkerRecord", "name_pattern", "parse_watcher_name", "watcher_name"]
 
 
 def watcher_name(namespace: str, component: str, index: int) -> str:

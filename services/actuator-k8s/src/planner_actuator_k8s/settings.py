@@ -10,7 +10,7 @@ import msgspec
 from msgspec import Meta
 
 from planner_proto import Component
-from planner_runtime.settings import LeaseSettings
+from planner_runtime.settings import ActuatorSettings
 
 Token = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$", max_length=64)]
 _DNS = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -43,7 +43,7 @@ def parse_scale_targets(items: list[str]) -> dict[str, ScaleRef]:
     return out
 
 
-class K8sActuatorSettings(LeaseSettings, frozen=True, kw_only=True):
+class K8sActuatorSettings(ActuatorSettings, frozen=True, kw_only=True):
     """Kubernetes actuator: applies ScalingDecisions to a DynamoGraphDeployment or to scale subresources."""
 
     actuator_id: Token = "k8s"
@@ -76,7 +76,6 @@ class K8sActuatorSettings(LeaseSettings, frozen=True, kw_only=True):
     backoff_max_s: Annotated[float, Meta(gt=0, le=600)] = 8.0
     poll_interval_s: Annotated[float, Meta(gt=0, le=300)] = 2.0
     """Read the targets, publish ReplicaStatus and check completion this often."""
-    ready_timeout_s: Annotated[float, Meta(gt=0, le=86400)] = 900.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
