@@ -11,8 +11,13 @@ Rate: a decode engine runs one forward pass per generated token step, 20-40 ms e
 1000 x 25/s next to its own publishers, so the default is 10/s; the output gives the CPU cost per
 message of every process and extrapolates it to ``--target-rate`` (25).
 
-    uv run python benchmarks/bench_scale.py [--engines 1000] [--rate 10] [--duration-s 45]
-        [--discovery kv|static|both] [--json]
+By default (``just bench-scale``) it runs the fan-in sweep first: one relay's CPU per message for 1
+(single stream), 100, 330 and 1000 engines at ``--sweep-rate`` FPM/s each, and the ratio to the single
+stream (``benchmarks/scale/fanin.py``). ``--pipeline`` also runs the full pipeline below (regression
+ingest, decider tick with every worker in the snapshot, snapshot size against NATS's max payload).
+
+    uv run python benchmarks/bench_scale.py [--sweep 1,100,330,1000] [--sweep-rate 20]
+        [--pipeline] [--engines 1000] [--rate 10] [--duration-s 45] [--discovery kv|static|both] [--json]
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from scale.fanin import measure
 from scale.harness import ScaleConfig, extrapolate, run
 
 
@@ -124,6 +130,32 @@ def table(res: dict[str, Any], target_rate: float) -> str:
     return "\n".join(lines)
 
 
+def sweep(counts: list[int], rate: float, single_rate: float, window_s: float) -> list[dict[str, Any]]:
+    """Relay CPU per message for each engine count; 1 means the single stream at ``single_rate``."""
+    rows = []
+    print(
+        f"== fan-in sweep: one relay, engines at {rate:g} FPM/s each (single stream: 1 engine at "
+        f"{single_rate:g} FPM/s), {window_s:g} s windows ==",
+        flush=True,
+    )
+    print(f"{'engines':>7} {'offered/s':>9} {'relayed/s':>9} {'CPU %':>6} {'us/msg':>7} {'ratio':>6} {'gaps':>5} "
+          f"{'overload':>8}", flush=True)  # fmt: skip
+    single = None
+    for n in counts:
+        r = measure(n, single_rate if n == 1 else rate, window_s)
+        if n == 1:
+            single = r["cpu_us_per_msg"]
+        r["ratio_to_single"] = r["cpu_us_per_msg"] / single if single else None
+        rows.append(r)
+        ratio = "-" if r["ratio_to_single"] is None else f"{r['ratio_to_single']:.2f}x"
+        print(
+            f"{n:>7} {r['offered_per_s']:>9.0f} {r['relayed_per_s']:>9.0f} {r['cpu_pct']:>6.1f} "
+            f"{r['cpu_us_per_msg']:>7.1f} {ratio:>6} {r['gaps']:>5.0f} {r['overload']:>8.0f}",
+            flush=True,
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engines", type=int, default=1000)
@@ -144,7 +176,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--keep-logs", default="", help="copy the processes' logs to this folder")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument(
+        "--sweep", default="1,100,330,1000", help="engine counts of the fan-in sweep ('' skips it)"
+    )
+    ap.add_argument("--sweep-rate", type=float, default=20.0, help="FPM/s per engine in the sweep")
+    ap.add_argument("--single-rate", type=float, default=2000.0, help="FPM/s of the single-stream reference")
+    ap.add_argument("--sweep-window-s", type=float, default=10.0)
+    ap.add_argument("--pipeline", action="store_true", help="also run the full pipeline (heavy)")
     a = ap.parse_args(argv)
+    if a.sweep:
+        counts = [int(x) for x in a.sweep.split(",") if x.strip()]
+        rows = sweep(counts, a.sweep_rate, a.single_rate, a.sweep_window_s)
+        if a.json:
+            print(json.dumps(rows, indent=2))
+        if not a.pipeline:
+            return 0
     modes = ("kv", "static") if a.discovery == "both" else (a.discovery,)
     results = []
     try:

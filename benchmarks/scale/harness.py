@@ -664,7 +664,7 @@ def _report(
                 "engines": int(total(m1[r.name], "planner_fpm_engines_subscribed")),
                 "relayed": delta(r.name, "planner_fpm_relayed_total"),
                 "relayed_per_s": delta(r.name, "planner_fpm_relayed_total") / span(r.name),
-                "seq_gaps": delta(r.name, "planner_fpm_dropped_total"),
+                "seq_gaps": delta(r.name, "planner_fpm_dropped_total", reason="gap"),
                 "lease_drops": delta(r.name, "planner_fpm_lease_dropped_total"),
                 "bad": delta(r.name, "planner_bad_messages_total"),
                 "socket_errors": delta(r.name, "planner_fpm_socket_errors_total"),

@@ -16,8 +16,9 @@ class RelayMetrics:
         )
         self.dropped = Counter(
             "planner_fpm_dropped",
-            "FPM messages missing from an engine's sequence (gaps: lost before or in ZMQ)",
-            labels,
+            "FPM messages lost, by reason: gap (missing from the engine's sequence: lost before or in"
+            " ZMQ), overload (read but shed whole because the publisher was behind)",
+            [*labels, "reason"],
             registry=registry,
         )
         self.restarts = Counter(

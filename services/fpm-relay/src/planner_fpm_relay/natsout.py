@@ -86,6 +86,41 @@ class NatsOut:
             await nc._flush_pending()
         return 0, 0
 
+    async def publish_mixed(self, parts: list[bytes], subjects: list[str], nbytes: int) -> list[int]:
+        """Publish a pass of messages for many subjects in order: ``parts`` holds, per message, its
+        ``PUB`` header (:func:`pub_header` of its subject ``% len(payload)``), the payload and ``CRLF``;
+        ``subjects`` the subject of each message. One buffer append for the whole pass. Returns the
+        indexes of the messages NATS refused (reported to ``on_drop``): ``[]`` when all went out."""
+        nc = self.nc
+        if (
+            not self.fast
+            or not nc.is_connected
+            or nc.is_draining
+            or (nbytes > nc._max_payload and max(map(len, parts[1::3])) > nc._max_payload)
+        ):
+            return await self._slow_mixed(subjects, parts[1::3])
+        stats = nc.stats
+        stats["out_msgs"] += len(subjects)
+        stats["out_bytes"] += nbytes
+        await nc._send_command(b"".join(parts))
+        if nc._flush_queue is not None and nc._flush_queue.empty():
+            await nc._flush_pending()
+        return []
+
+    async def _slow_mixed(self, subjects: list[str], payloads: list[bytes]) -> list[int]:
+        publish = self.nc.publish
+        refused: list[int] = []
+        for i, (subject, payload) in enumerate(zip(subjects, payloads, strict=True)):
+            try:
+                await publish(subject, payload)
+            except _GIVE_UP as exc:
+                self._dropped(exc, len(payloads) - i)
+                return [*refused, *range(i, len(payloads))]
+            except nats.errors.Error as exc:
+                self._dropped(exc, 1)
+                refused.append(i)
+        return refused
+
     async def _slow(self, subject: str, payloads: list[bytes]) -> tuple[int, int]:
         publish = self.nc.publish
         dropped = dropped_bytes = 0

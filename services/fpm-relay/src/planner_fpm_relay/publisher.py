@@ -1,11 +1,16 @@
-"""The hot path: batches from the socket hub's passes -> frame check -> sequence accounting -> optional
-payload validation -> NATS publish of the payload bytes, unchanged.
+"""The hot path: passes of the fan-in (one batch per shared socket) -> frame check -> payload decode
+(validation and the engine's worker id in one call) -> per-engine sequence accounting -> NATS publish
+of the payload bytes, unchanged, on the engine's subject.
 
-No maths here beyond a sequence comparison; metrics are bumped once per batch, not per message.
-Validation is :mod:`validate`'s one-call msgspec check (``decode_fpm`` only for a payload it rejects,
-to name the reason). The valid payloads of a batch go to NATS as one buffer append
-(:mod:`natsout`); nats-py's flusher task writes everything pending at once, and nothing waits for a
-flush. Passes already waiting on the queue are taken in the same wake-up.
+The engine of a message is the ``worker_id`` in its payload, looked up among the engines connected on
+the socket it came from (:mod:`fanin`); a message of an engine not (or no longer) connected there is
+dropped and counted (``planner_bad_messages_total{reason="unknown_engine"}``). A message that cannot
+be attributed (wrong frame count, undecodable payload) is counted under the subject ``fpm.unattributed``
+when its worker id cannot be read, else under its engine's subject. Validation is :mod:`validate`'s
+one-call msgspec check (``decode_fpm`` only for a payload it rejects, to name the reason); with
+validation off a decoder of ``worker_id`` alone is used. A pass goes to NATS as one buffer append
+(:mod:`natsout`); metrics are bumped once per engine per pass. Passes already waiting on the queue are
+taken in the same wake-up.
 
 Nothing a batch can raise stops the publisher: messages NATS refuses (buffer full during a long
 reconnect...) are counted in ``planner_fpm_publish_dropped`` and dropped, anything unexpected is
@@ -22,16 +27,21 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from planner_fpm_relay.fanin import Backlog, Batch, EngineStream, worker_of
 from planner_fpm_relay.metrics import RelayMetrics
 from planner_fpm_relay.natsout import CRLF, NatsOut
 from planner_fpm_relay.sequence import advance
 from planner_fpm_relay.validate import FastCheckError, fast_check, slow_reason
-from planner_fpm_relay.zmqsub import Batch, EngineSubscription, Frames
+from planner_fpm_relay.zmqsub import Frames
 from planner_runtime.logs import get_logger
 
 log = get_logger("planner.fpm-relay.publisher")
 
 LeaseCheck = Callable[[str, float], bool]
+
+
+UNATTRIBUTED = "fpm.unattributed"
+"""``subject`` label of bad messages whose engine cannot be told (shared sockets)."""
 
 
 class Publisher:
@@ -42,8 +52,8 @@ class Publisher:
         metrics: RelayMetrics,
         validate: bool,
         count_bad: Callable[[str, str], None],
-        on_socket_error: Callable[[EngineSubscription, BaseException], None],
         lease_ok: LeaseCheck | None = None,
+        backlog: Backlog | None = None,
     ) -> None:
         self.nc = nc
         self.out = NatsOut(nc, self._on_drop)
@@ -51,8 +61,8 @@ class Publisher:
         self.metrics = metrics
         self.validate = validate
         self.count_bad = count_bad
-        self.on_socket_error = on_socket_error
         self.lease_ok = lease_ok
+        self.backlog = backlog if backlog is not None else Backlog()
         self._stopped = False
         self._drops: dict[str, Any] = {}  # reason -> bound counter
         self._errors_logged = 0
@@ -71,12 +81,14 @@ class Publisher:
         clock = asyncio.get_running_loop().time
         queue = self.queue
         task = asyncio.current_task()
+        backlog = self.backlog
         while not self._stopped:
             batches = await queue.get()
             while True:
                 try:
                     now = clock()
                     for batch in batches:
+                        backlog.n -= len(batch.frames)
                         await self._handle_one(batch, now)
                 finally:
                     queue.task_done()
@@ -88,82 +100,118 @@ class Publisher:
 
     async def _handle_one(self, batch: Batch, now: float) -> None:
         try:
-            await self._handle(batch, now)
+            if not batch.socket.closed:
+                await self._relay(batch.socket.engines, batch.frames, now)
         except asyncio.CancelledError:
             raise
         except Exception:
             self.metrics.publish_errors.inc()
             if self._errors_logged < 10:
                 self._errors_logged += 1
-                log.exception("publish_batch_failed", engine=batch.sub.target.key)
+                log.exception("publish_batch_failed", socket=batch.socket.index)
 
-    async def _handle(self, batch: Batch, now: float) -> None:
-        sub = batch.sub
-        if sub.closed:
-            return  # read before the socket was closed: its claim may be gone already
-        if batch.error is not None:
-            self.on_socket_error(sub, batch.error)
-            return
-        if self.lease_ok is not None and not self.lease_ok(sub.target.key, now):
-            self.metrics.lease_drops.labels(*sub.labels).inc(len(batch.frames))
-            return
-        await self._relay(sub, batch.frames)
+    def _bad(self, payload: bytes | None, engines: dict[str, EngineStream], reason: str) -> None:
+        wid = worker_of(payload) if payload is not None else None
+        stream = engines.get(wid) if wid is not None else None
+        self.count_bad(stream.subject if stream is not None else UNATTRIBUTED, reason)
 
-    async def _relay(self, sub: EngineSubscription, frames_list: list[Frames]) -> None:
-        subject = sub.subject
+    async def _relay(self, engines: dict[str, EngineStream], frames_list: list[Frames], now: float) -> None:
         validate = self.validate
         check = fast_check
-        last = sub.last_seq
-        header = sub.pub_header
-        fmt, crlf = header or b"%d", CRLF
-        parts: list[bytes] = []  # the batch's PUB commands, built in the same pass (see NatsOut)
+        lease_ok = self.lease_ok
+        allowed: dict[EngineStream, bool] = {}  # lease checks: once per engine per pass
+        parts: list[bytes] = []  # the pass's PUB commands, built in the same loop (see NatsOut)
         append = parts.append
-        nbytes = dropped = restarts = 0
+        subjects: list[str] = []
+        who: list[EngineStream] = []
+        nbytes = 0
         from_bytes = int.from_bytes
+        crlf = CRLF
+        per: dict[EngineStream, list[int]] = {}  # stream -> [messages, bytes, gap, restarts, lease drops]
         for frames in frames_list:
             # the checks of planner_proto.unpack_frames, inlined (this loop runs per message)
             if len(frames) != 3 or len(frames[1]) != 8:
-                self.count_bad(subject, "framing")
+                self._bad(frames[2] if len(frames) == 3 else None, engines, "framing")
                 continue
-            seq = from_bytes(frames[1], "big")
             payload = frames[2]
-            if last is None or seq != last + 1:
-                gap, restarted = advance(last, seq)
-                dropped += gap
-                restarts += restarted
-            last = seq
             if validate:
                 try:
-                    check(payload)
+                    wid = check(payload).worker_id
                 except FastCheckError:
                     reason = slow_reason(payload)
                     if reason is not None:
-                        self.count_bad(subject, reason)
+                        self._bad(payload, engines, reason)
                         continue
+                    wid = worker_of(payload)  # (the mirror is never laxer: not reached in practice)
+            else:
+                wid = worker_of(payload)
+                if wid is None:
+                    self.count_bad(UNATTRIBUTED, "malformed")
+                    continue
+            stream = engines.get(wid)  # type: ignore[arg-type]
+            if stream is None:
+                self.count_bad(UNATTRIBUTED, "unknown_engine")
+                continue
+            c = per.get(stream)
+            if c is None:
+                c = per[stream] = [0, 0, 0, 0, 0]
+            seq = from_bytes(frames[1], "big")
+            last = stream.last_seq
+            if last is None or seq != last + 1:
+                gap, restarted = advance(last, seq)
+                if gap and stream.overload_unseen:
+                    absorbed = min(gap, stream.overload_unseen)  # shed by the fan-in: counted there
+                    stream.overload_unseen -= absorbed
+                    gap -= absorbed
+                c[2] += gap
+                c[3] += restarted
+            stream.last_seq = seq
+            if lease_ok is not None:
+                ok = allowed.get(stream)
+                if ok is None:
+                    ok = allowed[stream] = lease_ok(stream.key, now)
+                if not ok:
+                    c[4] += 1
+                    continue
+            header = stream.pub_header
+            if header is None:
+                self.count_bad(stream.subject, "subject")
+                continue
             size = len(payload)
-            append(fmt % size)
+            append(header % size)
             append(payload)
             append(crlf)
+            subjects.append(stream.subject)
+            who.append(stream)
+            c[0] += 1
+            c[1] += size
             nbytes += size
-        sub.last_seq = last
+        if subjects:
+            for i in await self.out.publish_mixed(parts, subjects, nbytes):
+                c = per[who[i]]  # refused: counted by reason in publish_drops
+                c[0] -= 1
+                c[1] -= len(parts[3 * i + 1])
+        if per:
+            self._count(per)
+
+    def _count(self, per: dict[EngineStream, list[int]]) -> None:
         m = self.metrics
-        sent = len(parts) // 3
-        if sent:
-            not_sent, not_sent_bytes = await self.out.publish_parts(subject, header, parts, nbytes)
-            sent -= not_sent  # the refused ones are counted by reason in publish_drops
-            nbytes -= not_sent_bytes
-        if sent:
-            bound = sub.bound_metrics
-            if bound is None:  # label lookups once per engine, not per batch
-                bound = sub.bound_metrics = (
-                    m.relayed.labels(*sub.labels),
-                    m.relayed_bytes.labels(*sub.labels),
-                    m.last_seen.labels(*sub.labels),
-                )
-            bound[0].inc(sent)
-            bound[1].inc(nbytes)
-            bound[2].set(time.time())
-        if dropped:
-            m.dropped.labels(*sub.labels).inc(dropped)
-        if restarts:
-            m.restarts.labels(*sub.labels).inc(restarts)
+        wall = time.time()
+        for stream, (sent, nbytes, gap, restarts, lease_drops) in per.items():
+            if sent:
+                bound = stream.bound_metrics
+                if bound is None:  # label lookups once per engine, not per pass
+                    bound = stream.bound_metrics = (
+                        m.relayed.labels(*stream.labels),
+                        m.relayed_bytes.labels(*stream.labels),
+                        m.last_seen.labels(*stream.labels),
+                    )
+                bound[0].inc(sent)
+                bound[1].inc(nbytes)
+                bound[2].set(wall)
+            if gap:
+                m.dropped.labels(*stream.labels, "gap").inc(gap)
+            if restarts:
+                m.restarts.labels(*stream.labels).inc(restarts)
+            if lease_drops:
+                m.lease_drops.labels(*stream.labels).inc(lease_drops)

@@ -1,8 +1,8 @@
 """The fpm-relay service: follows the engine registry, relays each owned engine's FPM stream from
 ZMQ to NATS unchanged, scrapes engines without FPM, and shares the engines with other relays.
 
-Tasks: one hub reading every ZMQ socket (:mod:`zmqsub`) feeding one publisher (:mod:`publisher`)
-through a queue, one item per pass; a watch of ``planner_engines`` and of the relay membership
+Tasks: one fan-in reading the shared ZMQ sockets, many engines each (:mod:`fanin`), feeding one
+publisher (:mod:`publisher`) through a queue, one item per pass; a watch of ``planner_engines`` and of the relay membership
 (:mod:`kvmirror`); a reconcile loop that turns "engines known" and "members alive" into sockets
 opened and closed (:mod:`sharding` decides, :mod:`membership` holds the claims); the membership key
 refresh (loop ``membership``); the claim renewal rounds (loop ``heartbeat``, rounds back to back on a
@@ -25,6 +25,7 @@ from typing import Any
 
 import zmq
 
+from planner_fpm_relay.fanin import Batch, EngineStream, FanIn, SharedSocket
 from planner_fpm_relay.kvmirror import KvMirror
 from planner_fpm_relay.membership import Membership
 from planner_fpm_relay.metrics import RelayMetrics
@@ -34,7 +35,6 @@ from planner_fpm_relay.scrape.http import http_get
 from planner_fpm_relay.settings import FpmRelaySettings
 from planner_fpm_relay.sharding import owned, plan
 from planner_fpm_relay.targets import EngineTarget, TargetError, parse_static_engines, target_from_info
-from planner_fpm_relay.zmqsub import Batch, EngineSubscription, ReaderHub
 from planner_proto import DecodeError, EngineInfo, WorkerLoadSample, decode
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
 from planner_runtime.service import Service
@@ -53,7 +53,7 @@ class FpmRelayService(Service[FpmRelaySettings]):
         self.relay_id = settings.relay_id or default_relay_id()
         self.metrics = RelayMetrics(self.registry)
         self.static = parse_static_engines(settings.static_engines)
-        self.subs: dict[str, EngineSubscription] = {}
+        self.subs: dict[str, EngineStream] = {}
         self.scrapes: dict[str, EngineTarget] = {}
         self.membership: Membership | None = None
         self.engines: KvMirror | None = None
@@ -63,7 +63,7 @@ class FpmRelayService(Service[FpmRelaySettings]):
         self._lock = asyncio.Lock()
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self._queue: asyncio.Queue[list[Batch]] = asyncio.Queue(maxsize=settings.queue_batches)
-        self._hub: ReaderHub | None = None
+        self._fanin: FanIn | None = None
         self._publisher: Publisher | None = None
         self._publisher_task: asyncio.Task[Any] | None = None
         self._claim_after = 0.0
@@ -97,18 +97,28 @@ class FpmRelayService(Service[FpmRelaySettings]):
                 self.log.warning("members_not_synced", timeout_s=5.0)
             self.every(s.relay_heartbeat_s, self.membership.heartbeat, "membership")
             self.spawn(self._renew_loop(), "heartbeat")
+        self._fanin = FanIn(
+            self._ctx,
+            self._queue,
+            max_batch=s.max_batch,
+            window_s=s.batch_window_s,
+            engines_per_socket=s.engines_per_socket,
+            rcvhwm=s.zmq_rcvhwm,
+            max_backlog=s.max_backlog,
+            on_overload=self._on_overload,
+            on_error=self._on_socket_error,
+        )
         self._publisher = Publisher(
             self.bus.nc,
             self._queue,
             self.metrics,
             s.validate,
             self.bus.count_bad,
-            self._on_socket_error,
             self.membership.lease_ok if self.membership is not None else None,
+            self._fanin.backlog,
         )
         self._publisher_task = self.spawn(self._publisher.run(), "publisher")
-        self._hub = ReaderHub(self._queue, s.max_batch, s.batch_window_s)
-        self.spawn(self._hub.run(), "zmq-hub")
+        self.spawn(self._fanin.run(), "zmq-fanin")
         if s.watch_engines:
             kv = await self.bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
             self.engines = KvMirror(kv, f"{s.namespace}.>", s.engines_resync_s, self._dirty.set, "engines")
@@ -220,13 +230,9 @@ class FpmRelayService(Service[FpmRelaySettings]):
 
     def _start(self, target: EngineTarget) -> None:
         if target.is_fpm:
-            assert self._ctx is not None and self._hub is not None
+            assert self._fanin is not None
             subject = self.subjects.fpm(target.component, target.worker_id)
-            sub = EngineSubscription(
-                self._ctx, target, subject, self.settings.zmq_rcvhwm, self.settings.max_batch
-            )
-            self.subs[target.key] = sub
-            self._hub.add(sub)
+            self.subs[target.key] = self._fanin.add(target, subject)
             self.log.info("engine_subscribed", engine=target.key, endpoint=target.zmq_endpoint)
         elif target.is_scrape:
             self.scrapes[target.key] = target
@@ -237,9 +243,8 @@ class FpmRelayService(Service[FpmRelaySettings]):
     async def _stop(self, key: str) -> None:
         sub = self.subs.pop(key, None)
         if sub is not None:
-            if self._hub is not None:
-                self._hub.remove(sub)
-            sub.close()
+            if self._fanin is not None:
+                self._fanin.remove(sub)
             try:
                 self.metrics.last_seen.remove(sub.target.component, sub.target.worker_id)
             except KeyError:
@@ -254,11 +259,19 @@ class FpmRelayService(Service[FpmRelaySettings]):
         if self.membership is not None:
             self.metrics.claims.set(len(self.membership.leases))
 
-    def _on_socket_error(self, sub: EngineSubscription, exc: BaseException) -> None:
-        self.metrics.socket_errors.labels(sub.target.component, sub.target.worker_id).inc()
-        self.log.warning("engine_socket_error", engine=sub.target.key, error=repr(exc))
-        self._failed_engines.add(sub.target.key)
+    def _on_socket_error(self, sock: SharedSocket, exc: BaseException) -> None:
+        """A shared socket failed: it is closed and its engines are opened again by the reconcile."""
+        assert self._fanin is not None
+        engines = self._fanin.fail(sock)
+        self.log.warning("engine_socket_error", socket=sock.index, engines=len(engines), error=repr(exc))
+        for stream in engines:
+            self.metrics.socket_errors.labels(*stream.labels).inc()
+            self._failed_engines.add(stream.key)
         self._dirty.set()
+
+    def _on_overload(self, stream: EngineStream | None, n: int) -> None:
+        labels = stream.labels if stream is not None else ("", "")
+        self.metrics.dropped.labels(*labels, "overload").inc(n)
 
     async def _renew_loop(self) -> None:
         """Claim renewal rounds every ``relay_heartbeat_s``, or back to back when a round takes
@@ -346,8 +359,8 @@ class FpmRelayService(Service[FpmRelaySettings]):
         self._stop_watches()
         s = self.settings
         async with self._lock:
-            if self._hub is not None:
-                await self._hub.stop()
+            if self._fanin is not None:
+                await self._fanin.stop()
             task = self._publisher_task
             if task is not None and not task.done():
                 try:  # batches already read are still published
