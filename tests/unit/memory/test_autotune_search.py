@@ -106,4 +106,4 @@ def test_cli_json(shared_data: Path, capsys: pytest.CaptureFixture[str], tmp_pat
     args = parser.parse_args(["--validate", str(csv), "--json"])
     assert autotune.run(args) == 0
     val = json.loads(capsys.readouterr().out)
-    assert val["summary"]["rows"] == 27 and val["summary"]["median_abs_kv_error_pct"] < 3
+    assert val["coverage"]["evaluated"] == 27 and val["summary"]["kv_cache_gib"]["median_abs_pct"] < 3

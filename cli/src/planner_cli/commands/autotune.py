@@ -88,49 +88,90 @@ def _read_trace(path: str) -> tuple[list[int], list[int], list[float] | None]:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    """Predicted vs reported memory for every row of a reports CSV; never stops on a row."""
     import json
-    import statistics
+    import sys
     from pathlib import Path
 
     from rich.console import Console
     from rich.table import Table
 
-    from planner_core.memory.calibrate import predict_report
-    from planner_core.memory.params import DEFAULT_PARAMS
-    from planner_core.memory.reports import load_reports
+    from planner_core.memory.reports import ReportError, read_reports
+    from planner_core.memory.validate import COMPONENTS, validate_reports
     from planner_core.modelcfg import load_model_config
 
     csv_path = Path(args.validate)
-    reports = load_reports(csv_path)
+    try:
+        reports, skipped = read_reports(csv_path)
+    except ReportError as exc:
+        print(f"planner autotune: {exc}", file=sys.stderr)
+        return 2
     cfg_dir = Path(args.configs_dir) if args.configs_dir else csv_path.parent.parent / "model_configs"
-    out: list[dict[str, Any]] = []
-    for r in reports:
-        m = load_model_config(cfg_dir / r.model_config_file)
-        b = predict_report(r, m, DEFAULT_PARAMS)
-        err = None if not r.kv_cache_gib else (b.kv_cache_gib - r.kv_cache_gib) / r.kv_cache_gib * 100
-        out.append({"row_id": r.row_id, "model": r.model_config_file, "reported_kv_gib": r.kv_cache_gib,
-                    "predicted": _breakdown_dict(b), "kv_error_pct": None if err is None else round(err, 3)})  # fmt: skip
-    errs = [abs(o["kv_error_pct"]) for o in out if o["kv_error_pct"] is not None]
-    summary = {
-        "rows": len(out),
-        "median_abs_kv_error_pct": round(statistics.median(errs), 3) if errs else None,
-        "max_abs_kv_error_pct": round(max(errs), 3) if errs else None,
-    }
+    result = validate_reports(reports, skipped, lambda name: load_model_config(cfg_dir / name))
+    stats = result.stats()
     if args.json:
-        print(json.dumps({"summary": summary, "rows": out}))
+        rows = [
+            {"row_id": c.report.row_id, "model": c.report.model_config_file, "gpu": c.report.gpu,
+             "tp": c.report.settings.tp, "pp": c.report.settings.pp,
+             "predicted": {k: round(v, 4) for k, v in c.predicted.items()},
+             "error_pct": {k: round(v, 4) for k, v in c.errors_pct.items()},
+             "note": c.note, "predicted_failure": c.failure}
+            for c in result.checked
+        ]  # fmt: skip
+        payload = {
+            "coverage": {"evaluated": len(result.checked), "total": result.total,
+                         "line": result.coverage_line()},
+            "summary": {k: {"n": v.n, "median_abs_pct": round(v.median_abs_pct, 4),
+                            "p90_abs_pct": round(v.p90_abs_pct, 4), "max_abs_pct": round(v.max_abs_pct, 4)}
+                        for k, v in stats.items()},
+            "rows": rows,
+            "skipped": [{"row_id": s.row_id, "reason": s.reason} for s in result.skipped],
+        }  # fmt: skip
+        print(json.dumps(payload))
         return 0
-    table = Table(title=f"KV cache: predicted vs reported ({csv_path.name})")
-    for col in ("row", "model", "reported GiB", "predicted GiB", "error %"):
-        table.add_column(col, justify="right" if col != "model" else "left")
-    for o in out:
-        err = o["kv_error_pct"]
-        table.add_row(o["row_id"], o["model"], f"{o['reported_kv_gib']}", f"{o['predicted']['kv_cache_gib']:.2f}",
-                      "-" if err is None else f"{err:+.2f}")  # fmt: skip
+    table = Table(title=f"predicted vs reported start-up memory ({csv_path.name})")
+    for col in (
+        "row",
+        "model",
+        "GPU",
+        "TP",
+        "KV GiB rep",
+        "pred",
+        "err %",
+        "KV tok err %",
+        "conc err %",
+        "note",
+    ):
+        table.add_column(col, justify="left" if col in ("model", "GPU", "note") else "right")
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:+.2f}"
+
+    for c in result.checked:
+        r = c.report
+        kv = c.predicted.get("kv_cache_gib")
+        table.add_row(
+            r.row_id, r.model_config_file[:40], r.gpu[:20], str(r.settings.tp),
+            "-" if r.kv_cache_gib is None else f"{r.kv_cache_gib:.2f}", "-" if kv is None else f"{kv:.2f}",
+            pct(c.errors_pct.get("kv_cache_gib")), pct(c.errors_pct.get("kv_cache_tokens")),
+            pct(c.errors_pct.get("max_concurrency")), c.note or (c.failure or "")[:40],
+        )  # fmt: skip
+    for sk in result.skipped:
+        table.add_row(sk.row_id, "", "", "", "", "", "", "", "", f"skipped: {sk.reason}"[:120])
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
     console.print(table)
-    console.print(
-        f"median |error| {summary['median_abs_kv_error_pct']} %, max {summary['max_abs_kv_error_pct']} %"
-    )
+    summary = Table(title="|error| per component (%)")
+    for col in ("component", "rows", "median", "p90", "max"):
+        summary.add_column(col, justify="left" if col == "component" else "right")
+    for comp in COMPONENTS:
+        st = stats.get(comp)
+        if st is not None:
+            summary.add_row(comp, str(st.n), f"{st.median_abs_pct:.3f}", f"{st.p90_abs_pct:.3f}",
+                            f"{st.max_abs_pct:.3f}")  # fmt: skip
+    console.print(summary)
+    console.print(result.coverage_line())
     return 0
 
 

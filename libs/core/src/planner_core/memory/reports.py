@@ -1,8 +1,14 @@
-"""Real vLLM start-up memory reports (the ``reports_dev.csv`` column layout), as frozen rows."""
+"""Real vLLM start-up memory reports (the ``reports_dev.csv`` column layout), as frozen rows.
+
+:func:`read_reports` never raises on a row: a row it cannot use becomes a :class:`SkippedRow` with the
+reason (unknown GPU, a required column empty or not a number, a start-up that failed). Numbers are
+read forgivingly: "58.11 GiB", "~58", "1,024", "116.21x" are numbers; "n/a" or free text is not.
+"""
 
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,20 +45,43 @@ class MemoryReport:
     num_gpu_blocks: int | None
     kv_cache_tokens: int | None
     status: str
+    non_kv_gib: float | None = None
+    max_concurrency: float | None = None
+    max_concurrency_tokens_per_req: int | None = None
+
+
+_NUMBER = re.compile(
+    r"^[~≈<>]?\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(?:gib|gb|x|%)?$", re.IGNORECASE
+)
+
+
+def parse_number(text: str) -> float | None:
+    """A number from a report cell ("58.11", "58.11 GiB", "~58", "1,024", "116.21x"); None if not one."""
+    m = _NUMBER.match(text.strip().replace(",", ""))
+    return float(m.group(1)) if m else None
 
 
 def _opt_float(row: dict[str, str], key: str, where: str) -> float | None:
     text = (row.get(key) or "").strip()
     if not text:
         return None
-    try:
-        return float(text)
-    except ValueError:
-        raise ReportError(f"{where}: column '{key}' is not a number: {text!r}") from None
+    v = parse_number(text)
+    if v is None:
+        raise ReportError(f"{where}: column '{key}' is not a number: {text!r}")
+    return v
+
+
+def _ref(row: dict[str, str], key: str) -> float | None:
+    """A reported figure: free text there only means that figure is not compared."""
+    return parse_number(row.get(key) or "")
 
 
 def _opt_int(row: dict[str, str], key: str, where: str) -> int | None:
     v = _opt_float(row, key, where)
+    return None if v is None else int(v)
+
+
+def _int_or_none(v: float | None) -> int | None:
     return None if v is None else int(v)
 
 
@@ -71,10 +100,15 @@ def parse_report_row(row: dict[str, str], where: str) -> MemoryReport:
     if total is None:
         try:
             total = gpu_spec(row["gpu"]).memory_gib
-        except UnknownGpuError as exc:
-            raise ReportError(f"{where}: column 'gpu': {exc}") from None
+        except UnknownGpuError:
+            raise ReportError(
+                f"{where}: unknown GPU {row['gpu']!r} and no gpu_mem_total_gib (add the total memory)"
+            ) from None
     sizes_text = (row.get("cudagraph_capture_sizes") or "").strip()
-    sizes = tuple(int(s) for s in sizes_text.strip("[]").split(",") if s.strip()) if sizes_text else None
+    try:
+        sizes = tuple(int(s) for s in sizes_text.strip("[]").split(",") if s.strip()) if sizes_text else None
+    except ValueError:
+        raise ReportError(f"{where}: column 'cudagraph_capture_sizes' is not a list of integers") from None
     util = _opt_float(row, "gpu_memory_utilization", where)
     mml = _opt_int(row, "max_model_len", where)
     if util is None or mml is None:
@@ -100,24 +134,65 @@ def parse_report_row(row: dict[str, str], where: str) -> MemoryReport:
         gpu=row["gpu"],
         gpu_total_gib=total,
         settings=settings,
-        weights_gib=_opt_float(row, "weights_gib", where),
-        activation_gib=_opt_float(row, "activation_peak_gib", where),
-        non_torch_gib=_opt_float(row, "non_torch_gib", where),
-        cuda_graph_gib=_opt_float(row, "cuda_graph_gib", where),
-        kv_cache_gib=_opt_float(row, "kv_cache_gib", where),
-        num_gpu_blocks=_opt_int(row, "num_gpu_blocks", where),
-        kv_cache_tokens=_opt_int(row, "kv_cache_tokens", where),
+        weights_gib=_ref(row, "weights_gib"),
+        activation_gib=_ref(row, "activation_peak_gib"),
+        non_torch_gib=_ref(row, "non_torch_gib"),
+        cuda_graph_gib=_ref(row, "cuda_graph_gib"),
+        kv_cache_gib=_ref(row, "kv_cache_gib"),
+        num_gpu_blocks=_int_or_none(_ref(row, "num_gpu_blocks")),
+        kv_cache_tokens=_int_or_none(_ref(row, "kv_cache_tokens")),
         status=(row.get("status") or "ok").strip(),
+        non_kv_gib=_ref(row, "non_kv_total_gib"),
+        max_concurrency=_ref(row, "max_concurrency_x"),
+        max_concurrency_tokens_per_req=_int_or_none(_ref(row, "max_concurrency_tokens_per_req")),
     )
 
 
-def load_reports(path: str | Path) -> list[MemoryReport]:
-    """Rows of a report CSV whose status is "ok"."""
+@dataclass(frozen=True)
+class SkippedRow:
+    row_id: str
+    reason: str
+
+
+def read_reports(path: str | Path) -> tuple[list[MemoryReport], list[SkippedRow]]:
+    """Every row of a report CSV: usable rows, and the others with their reason. Raises
+    :class:`ReportError` only when the file itself cannot be read or lacks the required columns."""
     p = Path(path)
     try:
         with p.open(newline="") as fh:
             rows = list(csv.DictReader(fh))
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise ReportError(f"{p}: cannot read: {exc}") from None
-    out = [parse_report_row(r, f"{p}: row {i + 2}") for i, r in enumerate(rows)]
-    return [r for r in out if r.status == "ok"]
+    if rows:
+        absent = [c for c in REQUIRED_COLUMNS if c not in rows[0]]
+        if absent:
+            raise ReportError(f"{p}: missing column(s) {', '.join(absent)}")
+    ok: list[MemoryReport] = []
+    skipped: list[SkippedRow] = []
+    for i, raw in enumerate(rows):
+        row = {k: (v or "") for k, v in raw.items() if k is not None}
+        row_id = (row.get("row_id") or "").strip() or f"line {i + 2}"
+        try:
+            r = parse_report_row(row, f"row {row_id}")
+        except ReportError as exc:
+            skipped.append(SkippedRow(row_id, str(exc).removeprefix(f"row {row_id}: ")))
+            continue
+        if r.status != "ok":
+            skipped.append(SkippedRow(row_id, f"status '{r.status}' (no start-up figures)"))
+            continue
+        if r.kv_cache_gib is None and r.kv_cache_tokens is None and r.num_gpu_blocks is None:
+            skipped.append(
+                SkippedRow(row_id, "no reported KV figure (kv_cache_gib, kv_cache_tokens, num_gpu_blocks)")
+            )
+            continue
+        ok.append(r)
+    return ok, skipped
+
+
+def load_reports(path: str | Path) -> list[MemoryReport]:
+    """Rows of a report CSV whose status is "ok" (strict: the first unusable row raises)."""
+    ok, skipped = read_reports(path)
+    bad = [s for s in skipped if not s.reason.startswith("status")]
+    if bad:
+        raise ReportError(f"{path}: row {bad[0].row_id}: {bad[0].reason}")
+    return ok
