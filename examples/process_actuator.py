@@ -1,0 +1,113 @@
+"""Write your own actuator: each worker is a local process (``--worker-cmd``), pid files in ``--run-dir``.
+
+The actuation core (planner_runtime.actuation) does the protocol: decisions, take-over, acks,
+desired counts, external changes, drains, ReplicaStatus. A backend only lists, starts, drains and
+removes workers. This one passes the same conformance suite as actuator-circus and actuator-k8s
+(tests/integration/actuators/test_conformance.py).
+
+    python examples/process_actuator.py --namespace default --worker-cmd "sleep 86400"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shlex
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from planner_runtime.actuation import ActuatorService, Backend, Seen, WorkerRecord
+from planner_runtime.service import run_service
+from planner_runtime.settings import ActuatorSettings
+
+
+class ProcessSettings(ActuatorSettings, frozen=True, kw_only=True):
+    actuator_id: str = "process"
+    worker_cmd: str = "sleep 86400"
+    run_dir: str = "/tmp/planner-process-actuator"
+    drain_timeout_s: float = 30.0
+
+
+def alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return False  # our child, and it exited (now reaped)
+    except ChildProcessError:
+        pass  # not our child (started by a previous holder)
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+class ProcessBackend:
+    def __init__(self, s: ProcessSettings) -> None:
+        self.s, self.dir = s, Path(s.run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def components(self) -> Sequence[str]:
+        return ["prefill", "decode", "agg"]
+
+    def gpus_per_replica(self, component: str) -> int:
+        return 0
+
+    def admit(self, targets: Mapping[str, int], running: Sequence[WorkerRecord]) -> str:
+        return ""  # no budget: any count is fine
+
+    def _pid(self, name: str) -> int:
+        f = self.dir / f"{name}.pid"
+        return int(f.read_text()) if f.exists() else 0
+
+    async def workers(self, known: Mapping[str, WorkerRecord]) -> list[Seen]:
+        out = []
+        for f in sorted(self.dir.glob("*.pid")):
+            comp, _, index = f.stem.rpartition("-")
+            if alive(int(f.read_text())):
+                out.append(Seen(name=f.stem, component=comp, ready=True, index=int(index)))
+            else:
+                f.unlink()  # exited: gone (an external change unless it was draining)
+        return out
+
+    async def start(self, component: str, count: int, known: Sequence[WorkerRecord]) -> list[WorkerRecord]:
+        used, started = {w.index for w in known if w.component == component}, []
+        for index in itertools.islice((i for i in itertools.count() if i not in used), count):
+            argv = shlex.split(self.s.worker_cmd)
+            pid = await asyncio.to_thread(os.posix_spawnp, argv[0], argv, dict(os.environ), setsid=True)
+            name = f"{component}-{index}"
+            (self.dir / f"{name}.pid").write_text(str(pid))
+            started.append(
+                WorkerRecord(name=name, component=component, index=index, started_at_s=time.time())
+            )
+        return started
+
+    async def drain(self, workers: Sequence[WorkerRecord]) -> None:
+        for pid in filter(alive, (self._pid(w.name) for w in workers)):
+            os.kill(pid, signal.SIGTERM)
+
+    async def remove(self, worker: WorkerRecord) -> bool:
+        pid = self._pid(worker.name)
+        if pid and alive(pid):
+            if time.time() > worker.drain_started_at_s + self.s.drain_timeout_s:
+                os.kill(pid, signal.SIGKILL)
+            return False
+        (self.dir / f"{worker.name}.pid").unlink(missing_ok=True)
+        return True
+
+
+class ProcessActuator(ActuatorService[ProcessSettings]):
+    name = "actuator-process"
+    settings_type = ProcessSettings
+    lease = "actuator-process"
+
+    async def make_backend(self) -> Backend:
+        return ProcessBackend(self.settings)
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_service(ProcessActuator, prog="process_actuator.py"))
