@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType, StreamConfig
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
+from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 from prometheus_client import CollectorRegistry, Counter
 
@@ -81,11 +81,13 @@ def connect_options(settings: BaseSettings) -> dict[str, Any]:
 class Bus:
     """One NATS connection with typed helpers. Create with :meth:`connect`."""
 
-    def __init__(self, nc: Client, metrics: BusMetrics) -> None:
+    def __init__(self, nc: Client, metrics: BusMetrics, replicas: int = 0) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.metrics = metrics
         self._subs: list[Subscription] = []
+        self.replicas = replicas or replicas_for(cluster_size(nc))
+        """Replicas of the streams and buckets this bus creates (``nats_replicas``, or from the cluster)."""
 
     @classmethod
     async def connect(
@@ -154,8 +156,9 @@ class Bus:
                     await asyncio.gather(connecting, return_exceptions=True)
                     raise TimeoutError(str(last_error[0]) if last_error else "connect timed out")
                 connecting.result()
-                log.info("nats_connected", servers=opts["servers"])
-                return cls(nc, metrics)
+                bus = cls(nc, metrics, settings.nats_replicas)
+                log.info("nats_connected", servers=opts["servers"], replicas=bus.replicas)
+                return bus
             except (OSError, nats.errors.Error, TimeoutError) as exc:
                 await _abandon(nc)
                 if _is_auth_error(exc) or auth_failed.is_set():
@@ -244,7 +247,12 @@ class Bus:
         self, name: str, subjects: list[str], max_age_s: float = 7 * 86400, max_msgs: int = 100_000
     ) -> None:
         cfg = StreamConfig(
-            name=name, subjects=subjects, max_age=max_age_s, max_msgs=max_msgs, storage=StorageType.FILE
+            name=name,
+            subjects=subjects,
+            max_age=max_age_s,
+            max_msgs=max_msgs,
+            storage=StorageType.FILE,
+            num_replicas=self.replicas,
         )
         try:
             await self.js.stream_info(name)
@@ -261,8 +269,13 @@ class Bus:
         try:
             return await self.js.key_value(bucket)
         except (BucketNotFoundError, NotFoundError):
-            cfg = KeyValueConfig(bucket=bucket, history=history, ttl=ttl_s, storage=StorageType.FILE)
-            return await self.js.create_key_value(cfg)
+            cfg = KeyValueConfig(
+                bucket=bucket, history=history, ttl=ttl_s, storage=StorageType.FILE, replicas=self.replicas
+            )
+            try:
+                return await self.js.create_key_value(cfg)
+            except BadRequestError:  # created by another service in between
+                return await self.js.key_value(bucket)
 
     async def close(self) -> None:
         """Drain: stop receiving, flush what was published, then close. Never raises: with the
@@ -279,6 +292,20 @@ class Bus:
                 await asyncio.wait_for(self.nc.close(), timeout=5.0)
             except (TimeoutError, nats.errors.Error, OSError) as exc:
                 log.warning("nats_close_failed", error=str(exc) or type(exc).__name__)
+
+
+def cluster_size(nc: Client) -> int:
+    """Nodes of the cluster the connection is on (1 for a single server), from the server's INFO."""
+    info: dict[str, Any] = getattr(nc, "_server_info", None) or {}
+    if not info.get("cluster"):
+        return 1
+    urls = info.get("connect_urls") or []
+    return max(1, len(set(urls)))
+
+
+def replicas_for(nodes: int) -> int:
+    """JetStream replicas for a cluster of ``nodes``: 3 (a quorum survives one node) when possible."""
+    return max(1, min(3, nodes))
 
 
 async def flush(nc: Client, timeout_s: float = 5.0) -> None:

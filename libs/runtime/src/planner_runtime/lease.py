@@ -363,12 +363,15 @@ class Lease:
         await self.stop()
 
 
-async def lease_kv(js: JetStreamContext, ttl_s: float) -> tuple[KeyValue, float]:
-    """Bind (creating if needed) the lease bucket; returns it and the TTL in force (the bucket's)."""
+async def lease_kv(js: JetStreamContext, ttl_s: float, replicas: int = 1) -> tuple[KeyValue, float]:
+    """Bind (creating if needed) the lease bucket with ``replicas``; returns it and the TTL in force
+    (the bucket's)."""
     try:
         kv = await js.key_value(LEASES_BUCKET)
     except (BucketNotFoundError, NotFoundError):
-        cfg = KeyValueConfig(bucket=LEASES_BUCKET, history=1, ttl=ttl_s, storage=StorageType.FILE)
+        cfg = KeyValueConfig(
+            bucket=LEASES_BUCKET, history=1, ttl=ttl_s, storage=StorageType.FILE, replicas=replicas
+        )
         try:
             kv = await js.create_key_value(cfg)
         except BadRequestError:

@@ -232,7 +232,7 @@ class Service(Generic[S]):
         assert isinstance(s, LeaseSettings) and self.lease is not None
         key = self.lease_key()
         assert key is not None
-        kv, ttl_s = await lease_kv(self.bus.js, s.lease_ttl_s)
+        kv, ttl_s = await lease_kv(self.bus.js, s.lease_ttl_s, self.bus.replicas)
         self._lease = Lease(kv, key, this_holder(self.name), ttl_s, s.lease_renew_s)
         self._m_active = Gauge(
             "planner_lease_active", "1 while this instance holds its lease", registry=self.registry

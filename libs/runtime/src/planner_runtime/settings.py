@@ -40,7 +40,11 @@ class BaseSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     namespace: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$")] = "default"
     subject_prefix: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$")] = "planner"
     nats_url: str = "nats://127.0.0.1:4222"
-    """Comma-separated server URLs."""
+    """Comma-separated server URLs (any nodes of a cluster: the client learns the others from them and
+    fails over to another node when the one it is on goes away)."""
+    nats_replicas: Annotated[int, Meta(ge=0, le=5)] = 0
+    """Replicas of the JetStream streams and KV buckets this service creates; 0 takes it from the
+    cluster size seen at connect (3 on a cluster of 3 or more nodes, else the node count)."""
     nats_user: str = ""
     nats_password: str = ""
     nats_token: str = ""
