@@ -23,6 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--wire-tour", action="store_true", help="only publish one message of every type and exit"
     )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument(
+        "--engine",
+        choices=["engine-sim", "llamacpp"],
+        default="engine-sim",
+        help="llamacpp: real llama-server workers (tiny generated model), scraped /metrics only",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
         from planner_cli.wire_tour import wire_tour
 
         return asyncio.run(wire_tour(as_json=args.json))
+    if args.engine == "llamacpp":
+        return _run_llamacpp(args)
     from planner_cli.demo.run import DemoConfig, print_summary, run_demo
 
     console = Console()
@@ -69,5 +77,39 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(figures, default=str))
     else:
         print_summary(figures, args.out, console)
+    ok = figures["failed"] == 0 and not figures["unacked_decisions"]
+    return 0 if ok else 1
+
+
+def _run_llamacpp(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+
+    from rich.console import Console
+
+    from planner_cli.demo.llamacpp import LlamaDemoConfig, run_llamacpp_demo
+
+    console = Console()
+    out = args.out if args.out != Path("out/demo") else Path("out/demo-llamacpp")
+    cfg = LlamaDemoConfig(out_dir=out, live=not args.no_live)
+
+    async def main() -> dict[str, object]:
+        import signal
+
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+        return await run_llamacpp_demo(cfg, console)
+
+    try:
+        figures = asyncio.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        console.print("[yellow]interrupted: every process was stopped[/]")
+        return 130
+    except RuntimeError as exc:
+        console.print(f"[red]demo failed:[/] {exc}")
+        return 1
+    print(json.dumps(figures, indent=None if args.json else 2, default=str))
     ok = figures["failed"] == 0 and not figures["unacked_decisions"]
     return 0 if ok else 1
