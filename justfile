@@ -15,10 +15,12 @@ setup:
 demo *args: setup
     uv run planner demo "$@"
 
-# everything CI checks: lint, types, layering, schema freshness, all tests
+# everything CI checks: lint, types, layering, schema and reference freshness, the manual, all tests
 test *args: setup lint typecheck
     bash scripts/fetch-compose-schema.sh
     uv run planner schema --check
+    uv run planner reference --check
+    NO_MKDOCS_2_WARNING=1 uv run mkdocs build --strict --quiet
     uv run pytest -q "$@"
 
 # fast feedback: unit tests only
@@ -40,6 +42,17 @@ fmt:
 # regenerate proto/schema/*.json from the message definitions
 schema:
     uv run planner schema
+
+# regenerate docs/reference/{configuration,metrics}.md from the settings structs and registered metrics
+reference:
+    uv run planner reference
+
+# build the operator's manual (strict: broken links fail) into out/site; `just docs serve` to browse
+docs *args: setup
+    #!/usr/bin/env bash
+    set -euo pipefail
+    export NO_MKDOCS_2_WARNING=1
+    if [ "${1:-}" = serve ]; then uv run mkdocs serve; else uv run mkdocs build --strict; fi
 
 # engine timing model accuracy against the real H200 profile (MAPE)
 bench-timing *args: setup

@@ -80,6 +80,13 @@ class Service(Generic[S]):
         Gauge("planner_up", "1 while the service runs", ["service"], registry=self.registry).labels(
             self.name
         ).set(1)
+        if self.lease is not None:
+            self._m_active = Gauge(
+                "planner_lease_active", "1 while this instance holds its lease", registry=self.registry
+            )
+            self._m_changes = Counter(
+                "planner_lease_role_changes", "Changes of role", ["role"], registry=self.registry
+            )
 
     # ---- hooks --------------------------------------------------------------------------------
     async def setup(self) -> None:
@@ -234,12 +241,6 @@ class Service(Generic[S]):
         assert key is not None
         kv, ttl_s = await lease_kv(self.bus.js, s.lease_ttl_s, self.bus.replicas)
         self._lease = Lease(kv, key, this_holder(self.name), ttl_s, s.lease_renew_s)
-        self._m_active = Gauge(
-            "planner_lease_active", "1 while this instance holds its lease", registry=self.registry
-        )
-        self._m_changes = Counter(
-            "planner_lease_role_changes", "Changes of role", ["role"], registry=self.registry
-        )
         await self._lease.start(self.bus.nc, LEASES_BUCKET)
         if self._lease.is_active:
             # a lone instance is active before run() goes on, with its state loaded

@@ -38,7 +38,9 @@ class BaseSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """What every service has: namespace, NATS connection and auth, HTTP port, logging."""
 
     namespace: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$")] = "default"
+    """One planner deployment: its services talk on ``{subject_prefix}.{namespace}.*`` subjects."""
     subject_prefix: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$")] = "planner"
+    """First token of every subject and key (two planners can share one NATS with different prefixes)."""
     nats_url: str = "nats://127.0.0.1:4222"
     """Comma-separated server URLs (any nodes of a cluster: the client learns the others from them and
     fails over to another node when the one it is on goes away)."""
@@ -46,19 +48,28 @@ class BaseSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """Replicas of the JetStream streams and KV buckets this service creates; 0 takes it from the
     cluster size seen at connect (3 on a cluster of 3 or more nodes, else the node count)."""
     nats_user: str = ""
+    """NATS user/password auth (with ``nats_password``)."""
     nats_password: str = ""
     nats_token: str = ""
+    """NATS token auth."""
     nats_creds_file: str = ""
+    """NATS decentralised auth: a ``.creds`` file (JWT + nkey seed)."""
     nats_nkey_seed_file: str = ""
+    """NATS nkey auth: a file holding the seed."""
     nats_tls_ca_file: str = ""
+    """TLS to NATS: the CA bundle (with ``nats_tls_cert_file``/``nats_tls_key_file`` for mutual TLS)."""
     nats_tls_cert_file: str = ""
     nats_tls_key_file: str = ""
     nats_connect_timeout_s: Annotated[float, Meta(gt=0, le=300)] = 5.0
+    """How long the first connection to NATS may take before the service gives up."""
     http_host: str = "127.0.0.1"
+    """Address /metrics and /healthz listen on (0.0.0.0 in a container)."""
     http_port: Port = 0
     """Port for /metrics and /healthz; 0 picks a free one (logged at start)."""
     log_level: typing.Literal["debug", "info", "warning", "error"] = "info"
+    """Lowest level written to stderr."""
     log_json: bool = True
+    """One JSON object per log line (false: human-readable lines)."""
     drain_timeout_s: Annotated[float, Meta(gt=0, le=3600)] = 30.0
     """How long SIGTERM waits for in-flight work before giving up."""
 

@@ -90,7 +90,7 @@ class DecisionFollower:
         ready_timeout_s: float,
         status_every_s: float,
         poll_s: float,
-        registry: CollectorRegistry,
+        metrics: FollowerMetrics,
         log: Any,
     ) -> None:
         self.backend = backend
@@ -101,7 +101,7 @@ class DecisionFollower:
         self.status_every_s = status_every_s
         self.poll_s = poll_s
         self.log = log
-        self.m = FollowerMetrics(registry)
+        self.m = metrics
         self.state_key = subjects.state_key(actuator, actuator_id)
         self.durable = f"{actuator}-{actuator_id}"
         self.mutex = asyncio.Lock()

@@ -8,7 +8,7 @@ from typing import ClassVar, TypeVar
 
 from planner_proto.subjects import STATE_BUCKET
 from planner_runtime.actuation.backend import Backend
-from planner_runtime.actuation.follower import DecisionFollower
+from planner_runtime.actuation.follower import DecisionFollower, FollowerMetrics
 from planner_runtime.service import Service
 from planner_runtime.settings import ActuatorSettings
 
@@ -18,6 +18,10 @@ A = TypeVar("A", bound=ActuatorSettings)
 class ActuatorService(Service[A]):
     name: ClassVar[str] = "actuator"
     lease: ClassVar[str | None] = "actuator"
+
+    def __init__(self, settings: A) -> None:
+        super().__init__(settings)
+        self.follower_metrics = FollowerMetrics(self.registry)
 
     async def make_backend(self) -> Backend:
         raise NotImplementedError
@@ -43,7 +47,7 @@ class ActuatorService(Service[A]):
             ready_timeout_s=self.settings.ready_timeout_s,
             status_every_s=self.status_every_s(),
             poll_s=self.poll_every_s(),
-            registry=self.registry,
+            metrics=self.follower_metrics,
             log=self.log,
         )
         self.state_kv = await self.bus.kv(STATE_BUCKET)
