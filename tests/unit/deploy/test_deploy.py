@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -145,7 +146,11 @@ def test_compose_commands_are_valid_service_settings() -> None:
         if not cmd or cmd[0] != "serve":
             continue
         module = importlib.import_module(f"planner_{cmd[1].replace('-', '_')}.service")
-        env = {k: str(v) for k, v in (svc.get("environment") or {}).items()}
+        # compose's ${VAR:-default} with VAR unset
+        env = {
+            k: re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(v))
+            for k, v in (svc.get("environment") or {}).items()
+        }
         old = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:

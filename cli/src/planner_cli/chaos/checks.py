@@ -47,6 +47,8 @@ class Evidence:
     gpu_budget: int
     stall_timeout_s: float = 10.0
     gpus_per: dict[str, int] = field(default_factory=dict)
+    kv_keys: dict[str, int] | None = None
+    """Live keys per KV bucket at the end (gathered on a NATS cluster run: checked by ``kv_intact``)."""
 
 
 def read_log(path: Path, since: float = 0.0) -> list[dict[str, Any]]:
@@ -226,5 +228,48 @@ def gpu_budget(ev: Evidence) -> Check:
     return Check("GPU budget never exceeded", not problems, detail)
 
 
+def decisions_kept(ev: Evidence) -> Check:
+    """Every decision seen on the bus is in the JetStream stream (none lost by a NATS fault)."""
+    stream = {d.decision_id for d in ev.stream_decisions}
+    lost = sorted({d.decision_id for d in ev.bus_decisions} - stream)
+    detail = (
+        f"{len(ev.bus_decisions)} decisions seen, all in the stream" if not lost else f"lost: {lost[:10]}"
+    )
+    return Check("no decision lost from the stream", not lost, detail)
+
+
+def kv_intact(ev: Evidence) -> Check:
+    """After the NATS faults: engines still registered, the leases still held, and the actuator's
+    state current (it took the newest applied decision of the stream)."""
+    assert ev.kv_keys is not None
+    problems = [f"bucket {b} empty" for b, n in sorted(ev.kv_keys.items()) if n <= 0]
+    applied = [d.decision_id for d in ev.stream_decisions if not d.advisory]
+    st = ev.actuator_state
+    if st is None:
+        problems.append("no actuator state in KV")
+    elif applied and st.last_decision_id != max(applied):
+        problems.append(f"actuator state at decision {st.last_decision_id}, stream at {max(applied)}")
+    elif st.completed_decision_id > st.last_decision_id:
+        problems.append("completed decision after the last taken one")
+    keys = ", ".join(f"{b} {n}" for b, n in sorted(ev.kv_keys.items()))
+    detail = (
+        "; ".join(problems)
+        if problems
+        else f"keys: {keys}; actuator state at decision "
+        + (str(st.last_decision_id) if st is not None else "-")
+    )
+    return Check("KV state intact (engines, leases, last decision)", not problems, detail)
+
+
 def run_all(ev: Evidence) -> list[Check]:
-    return [decision_ids(ev), applied_once(ev), decisions_answered(ev), requests_kept(ev), gpu_budget(ev)]
+    found = [
+        decision_ids(ev),
+        decisions_kept(ev),
+        applied_once(ev),
+        decisions_answered(ev),
+        requests_kept(ev),
+        gpu_budget(ev),
+    ]
+    if ev.kv_keys is not None:
+        found.append(kv_intact(ev))
+    return found

@@ -11,20 +11,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 from rich.console import Console
 from rich.table import Table
 
 from planner_actuator_circus.state import ActuatorState, name_pattern
 from planner_cli.chaos import checks, faults, probe
-from planner_cli.chaos.faults import NATS, FaultResult
+from planner_cli.chaos.faults import CLUSTER_FAULTS, NATS, FaultResult
 from planner_cli.chaos.probe import MessageClock
 from planner_cli.demo.run import DemoConfig, Stack, read_results, running_stack
 from planner_proto import DecodeError, ScalingDecision, decode
-from planner_proto.subjects import STATE_BUCKET
+from planner_proto.subjects import ENGINES_BUCKET, STATE_BUCKET
 from planner_runtime.bus import kv_get
+from planner_runtime.lease import LEASES_BUCKET
 
 ALL_FAULTS = ("fpm-relay", "regression", "predictor", "decider", NATS, "actuator-circus")
+CLUSTER_DEFAULT = ("fpm-relay", *CLUSTER_FAULTS[:2], "decider", CLUSTER_FAULTS[2], "actuator-circus")
+"""Default order with ``--nats-cluster``: the single-server fault replaced by the cluster's three."""
+KNOWN_FAULTS = (*ALL_FAULTS, *CLUSTER_FAULTS)
 """Default order. The decider is killed right after it published a decision, the actuator right after
 it accepted one (mid-scaling; last in the list, when the traffic falls, so ideally mid-drain)."""
 FIRST_AT, LAST_AT = 0.08, 0.72
@@ -88,10 +93,18 @@ async def _inject(
         delay = t_load + at - time.time()
         if delay > 0:
             await asyncio.sleep(delay)
+        first = len(results)
         if name == NATS:
             console.print(f"[yellow]t={time.time() - t_load:5.1f}s kill -9 {NATS}[/]")
             rows, window = await faults.kill_nats(
                 stack, clock, time.time() - t_load, cfg.nats_down_s, cfg.recovery_timeout_s
+            )
+            results += rows
+            outages.append(window)
+        elif name in CLUSTER_FAULTS:
+            console.print(f"[yellow]t={time.time() - t_load:5.1f}s {name}[/]")
+            rows, window = await faults.cluster_fault(
+                stack, clock, name, time.time() - t_load, cfg.nats_down_s, cfg.recovery_timeout_s
             )
             results += rows
             outages.append(window)
@@ -103,8 +116,8 @@ async def _inject(
                     stack, clock, name, time.time() - t_load, trigger, cfg.recovery_timeout_s
                 )
             )
-        r = results[-1] if name != NATS else results[-len(faults.SPECS) - 2]
-        console.print(f"  -> {'recovered' if r.ok else 'NOT recovered'} {r.note}")
+        r = results[first]
+        console.print(f"  -> {'recovered' if r.ok else 'NOT recovered'} {r.trigger} {r.note}")
     return results, outages
 
 
@@ -164,7 +177,20 @@ async def _evidence(
         nats_outages=outages,
         requests=stack.requests,
         gpu_budget=cfg.demo.gpu_budget,
+        kv_keys=await _kv_keys(stack) if stack.cluster is not None else None,
     )
+
+
+async def _kv_keys(stack: Stack) -> dict[str, int]:
+    """Live keys of the registry and lease buckets."""
+    out: dict[str, int] = {}
+    for bucket in (ENGINES_BUCKET, LEASES_BUCKET):
+        try:
+            kv = await stack.bus.js.key_value(bucket)
+            out[bucket] = len(await kv.keys())
+        except NatsError:  # no bucket, or no keys (NoKeysError)
+            out[bucket] = 0
+    return out
 
 
 async def run_chaos(cfg: ChaosConfig, console: Console) -> dict[str, Any]:

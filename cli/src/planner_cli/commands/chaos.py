@@ -12,15 +12,23 @@ HELP = "kill -9 each service (and nats-server) during a demo run and check the p
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from planner_cli.chaos.run import ALL_FAULTS
+    from planner_cli.chaos.run import ALL_FAULTS, CLUSTER_DEFAULT
 
     parser.add_argument("--out", type=Path, default=Path("out/chaos"), help="folder for logs and chaos.json")
     parser.add_argument("--load-s", type=float, default=150.0, help="seconds of traffic (default 150)")
     parser.add_argument("--peak-rate", type=float, default=14.0, help="peak requests/s (default 14)")
     parser.add_argument(
         "--faults",
-        default=",".join(ALL_FAULTS),
-        help=f"comma-separated, in order (default {','.join(ALL_FAULTS)})",
+        default="",
+        help=f"comma-separated, in order (default {','.join(ALL_FAULTS)}; with --nats-cluster "
+        f"{','.join(CLUSTER_DEFAULT)})",
+    )
+    parser.add_argument(
+        "--nats-cluster",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run on an N-node NATS cluster (3: R3 streams and KV) and inject the cluster faults",
     )
     parser.add_argument("--nats-down-s", type=float, default=2.0, help="nats-server outage (default 2 s)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -32,13 +40,30 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from planner_cli.chaos.run import ALL_FAULTS, ChaosConfig, print_report, run_chaos
+    from planner_cli.chaos.faults import CLUSTER_FAULTS, NATS
+    from planner_cli.chaos.run import (
+        ALL_FAULTS,
+        CLUSTER_DEFAULT,
+        KNOWN_FAULTS,
+        ChaosConfig,
+        print_report,
+        run_chaos,
+    )
     from planner_cli.demo.run import DemoConfig
 
-    faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
-    unknown = [f for f in faults if f not in ALL_FAULTS]
+    default = CLUSTER_DEFAULT if args.nats_cluster >= 2 else ALL_FAULTS
+    faults = tuple(f.strip() for f in (args.faults or ",".join(default)).split(",") if f.strip())
+    unknown = [f for f in faults if f not in KNOWN_FAULTS]
     if unknown or not faults:
-        print(f"planner chaos: error: unknown fault(s) {unknown}; choose from {', '.join(ALL_FAULTS)}")
+        print(f"planner chaos: error: unknown fault(s) {unknown}; choose from {', '.join(KNOWN_FAULTS)}")
+        return 2
+    if args.nats_cluster >= 2 and NATS in faults:
+        print(
+            f"planner chaos: error: {NATS} is the single-server fault; with a cluster use {', '.join(CLUSTER_FAULTS)}"
+        )
+        return 2
+    if args.nats_cluster < 2 and any(f in CLUSTER_FAULTS for f in faults):
+        print(f"planner chaos: error: {', '.join(CLUSTER_FAULTS)} need --nats-cluster 3")
         return 2
     console = Console(stderr=args.json)
     if not console.is_terminal:
@@ -50,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
             cooldown_s=30.0,
             peak_rate_per_s=args.peak_rate,
             live=False,
+            nats_cluster=args.nats_cluster,
         ),
         faults=faults,
         nats_down_s=args.nats_down_s,

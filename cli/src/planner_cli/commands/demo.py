@@ -22,6 +22,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--wire-tour", action="store_true", help="only publish one message of every type and exit"
     )
+    parser.add_argument(
+        "--nats-cluster",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run an N-node NATS JetStream cluster on loopback instead of one server (3: R3 streams and KV)",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument(
         "--engine",
@@ -52,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         peak_rate_per_s=args.peak_rate,
         policy=args.policy,
         live=not args.no_live,
+        nats_cluster=args.nats_cluster,
     )
 
     async def main() -> dict[str, object]:

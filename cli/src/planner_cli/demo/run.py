@@ -25,6 +25,7 @@ from planner_cli.demo.recorder import Recorder
 from planner_cli.demo.view import render
 from planner_proto import Subjects
 from planner_runtime.bus import Bus
+from planner_runtime.natscluster import NatsCluster
 from planner_runtime.natsd import NatsServer, _die_with_parent, free_port
 from planner_runtime.settings import BaseSettings
 
@@ -54,6 +55,9 @@ class DemoConfig:
         default_factory=lambda: REPO.parent / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
     )
     live: bool = True
+    nats_cluster: int = 0
+    """0: one nats-server; N >= 2: an N-node JetStream cluster on loopback (streams and KV with
+    replicas = min(3, N)); every process gets the list of all nodes."""
 
 
 def _service_argv(
@@ -144,7 +148,8 @@ class Stack:
     chaos`` both drive it."""
 
     cfg: DemoConfig
-    nats: NatsServer
+    nats: NatsServer | None
+    """The single nats-server (None with ``nats_cluster``)."""
     circus: processes.Circus
     ports: dict[str, int]
     """HTTP (/healthz, /metrics) port of every service watcher."""
@@ -153,6 +158,14 @@ class Stack:
     requests: int
     """Requests in the workload."""
     loadgen: subprocess.Popen[bytes] | None = None
+    cluster: NatsCluster | None = None
+
+    @property
+    def nats_url(self) -> str:
+        if self.cluster is not None:
+            return self.cluster.url
+        assert self.nats is not None
+        return self.nats.url
 
     def start_loadgen(self) -> subprocess.Popen[bytes]:
         out = self.cfg.out_dir
@@ -163,7 +176,7 @@ class Stack:
                 "-m",
                 "planner_loadgen",
                 "--nats-url",
-                self.nats.url,
+                self.nats_url,
                 "--namespace",
                 self.cfg.namespace,
                 "--http-port",
@@ -214,16 +227,33 @@ async def running_stack(cfg: DemoConfig, console: Console) -> AsyncIterator[Stac
     # A fresh JetStream store per run: decisions, decision ids and actuator state left by an earlier
     # run in the same folder describe workers that no longer exist.
     shutil.rmtree(out / "nats", ignore_errors=True)
-    nats = NatsServer(store_dir=out / "nats").start()
+    nats: NatsServer | None = None
+    cluster: NatsCluster | None = None
+    if cfg.nats_cluster >= 2:
+        cluster = NatsCluster(cfg.nats_cluster, store_dir=out / "nats")
+        try:
+            cluster.start()
+        except BaseException:
+            cluster.close()
+            raise
+        nats_url = cluster.url
+    else:
+        nats = NatsServer(store_dir=out / "nats").start()
+        nats_url = nats.url
     circus: processes.Circus | None = None
     stack: Stack | None = None
     bus: Bus | None = None
     try:
-        console.print(f"[bold]nats-server[/] {nats.url}")
+        if cluster is not None:
+            console.print(
+                f"[bold]nats cluster[/] {cluster.size} nodes (JetStream R{min(3, cluster.size)}): {nats_url}"
+            )
+        else:
+            console.print(f"[bold]nats-server[/] {nats_url}")
         ports = {name: free_port() for name in processes.SERVICES}
         circus = processes.start_circus(out, {}, {})
         watchers = {
-            name: _service_argv(name, cfg, nats.url, ports[name], circus.endpoint, fleet)
+            name: _service_argv(name, cfg, nats_url, ports[name], circus.endpoint, fleet)
             for name in processes.SERVICES
         }
         for name, argv in watchers.items():
@@ -246,13 +276,22 @@ async def running_stack(cfg: DemoConfig, console: Console) -> AsyncIterator[Stac
         if unhealthy:
             raise RuntimeError(f"services not healthy: {unhealthy}; see {out / 'logs'}")
 
-        bus = await Bus.connect(BaseSettings(nats_url=nats.url, namespace=cfg.namespace), max_wait_s=10)
+        bus = await Bus.connect(BaseSettings(nats_url=nats_url, namespace=cfg.namespace), max_wait_s=10)
         rec = Recorder(Subjects(ns=cfg.namespace))
         await rec.attach(bus)
         console.print("waiting for the first prefill and decode workers (started by the actuator) ...")
         if not await _wait_ready(rec, ("prefill", "decode"), 120):
             raise RuntimeError(f"no ready workers after 120 s; see {out / 'logs'}")
-        stack = Stack(cfg=cfg, nats=nats, circus=circus, ports=ports, bus=bus, rec=rec, requests=len(reqs))
+        stack = Stack(
+            cfg=cfg,
+            nats=nats,
+            circus=circus,
+            ports=ports,
+            bus=bus,
+            rec=rec,
+            requests=len(reqs),
+            cluster=cluster,
+        )
         yield stack
     finally:
         if stack is not None:
@@ -261,7 +300,10 @@ async def running_stack(cfg: DemoConfig, console: Console) -> AsyncIterator[Stac
             await bus.close()
         if circus is not None:
             await asyncio.to_thread(circus.stop, 120)
-        nats.close()
+        if nats is not None:
+            nats.close()
+        if cluster is not None:
+            cluster.close()
 
 
 async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:

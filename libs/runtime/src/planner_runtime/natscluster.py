@@ -10,9 +10,11 @@ Faults (for chaos and tests), all on one node ``i``:
 
 - :meth:`NatsCluster.kill` -- SIGKILL, as a crash; :meth:`NatsCluster.start_node` brings it back on the
   same ports and store (JetStream catches it up from the others).
-- :meth:`NatsCluster.partition` -- the node restarts with its route listener on another port and no
-  routes: it is alive and its clients stay connected, but it is cut off from the other nodes (they keep
-  dialling its old route port in vain). :meth:`NatsCluster.heal` restarts it with its routes back.
+- :meth:`NatsCluster.partition` -- the node restarts with its route listener on another port and
+  routes to ports nobody listens on: it is alive and serves the clients that (re)connect to it, but it is cut off from the other
+  nodes (they keep dialling its old route port in vain), so it has no JetStream quorum.
+  :meth:`NatsCluster.heal` restarts it with its routes back. (A restart, not a firewall: the clients
+  it had reconnect, to it or to another node, as after a short network blip.)
 - :meth:`NatsCluster.restart_all` -- every node stopped, then all started again (store kept).
 """
 
@@ -57,7 +59,9 @@ class NatsCluster:
             args += ["--cluster_name", CLUSTER_NAME, "--cluster", f"nats://{self.host}:{route_port}"]
             if routed:
                 routes = [f"nats://{self.host}:{p}" for j, p in enumerate(self.route_ports) if j != i]
-                args += ["--routes", ",".join(routes)]
+            else:  # a clustered JetStream node must have routes: give it ones that lead nowhere
+                routes = [f"nats://{self.host}:{free_port(self.host)}" for j in range(self.size) if j != i]
+            args += ["--routes", ",".join(routes)]
         return NatsServer(
             port=self.client_ports[i],
             store_dir=self.store_dir / self.name(i),
