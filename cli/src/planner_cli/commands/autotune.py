@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Literal
 
 NAME = "autotune"
 HELP = (
@@ -233,7 +233,9 @@ def run(args: argparse.Namespace) -> int:
         gpu = selection.spec
         if args.trace:
             isl, osl, times = _read_trace(args.trace)
-            target = "latency" if args.workload in ("chatbot", "interactive") else "throughput"
+            target: Literal["throughput", "latency"] = (
+                "latency" if args.workload in ("chatbot", "interactive") else "throughput"
+            )
             workload = from_lengths(isl, osl, times, target=target, name=f"trace:{args.trace}")
         else:
             workload = synthetic(args.workload)

@@ -31,7 +31,7 @@ from planner_cli.demo import processes
 from planner_cli.demo.recorder import Recorder
 from planner_proto import DecodeError, EngineInfo, Subjects, decode
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
-from planner_runtime.bus import Bus
+from planner_runtime.bus import Bus, kv_watch
 from planner_runtime.llamacpp.binary import ENV_VAR, find_llama_server
 from planner_runtime.llamacpp.tinymodel import ensure_tiny_llama
 from planner_runtime.natsd import NatsServer, free_port
@@ -140,7 +140,7 @@ async def _watch_engines(bus: Bus, namespace: str, traffic: Traffic, stop: async
     import nats.errors
 
     kv = await bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
-    watcher = await kv.watch(f"{namespace}.>")
+    watcher = await kv_watch(kv, f"{namespace}.>")
     try:
         while not stop.is_set():
             try:

@@ -12,6 +12,7 @@ Layout of ``--out``::
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
@@ -110,7 +111,7 @@ class ProfileAtTp(Protocol):
     def decode(self) -> DecodeProfile: ...
 
 
-def plot_all(out: Path, results: list[TpResult] | list[ProfileAtTp], sla: dict[str, float]) -> list[Path]:
+def plot_all(out: Path, results: Sequence[ProfileAtTp], sla: dict[str, float]) -> list[Path]:
     """prefill_ttft.png, decode_itl.png, throughput_per_gpu.png; ``sla`` has ttft_ms, itl_ms, isl."""
     import matplotlib
 

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 from planner_runtime.natsd import NatsServer
 
@@ -132,7 +133,7 @@ class SpawnedEngineSim:
         worker_id = f"profile-tp{tp}{tag}"
         if worker_id in self._procs:
             return worker_id
-        log = subprocess.DEVNULL
+        log: int | IO[bytes] = subprocess.DEVNULL
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log = open(self.log_dir / f"{worker_id}.log", "wb")  # noqa: SIM115 - closed when stopped
@@ -143,7 +144,7 @@ class SpawnedEngineSim:
             stderr=log if log is not subprocess.DEVNULL else subprocess.DEVNULL,
             env=dict(os.environ),
         )
-        if log is not subprocess.DEVNULL:
+        if not isinstance(log, int):
             log.close()  # the child holds its own descriptor
         self._procs[worker_id] = proc
         time.sleep(0.05)

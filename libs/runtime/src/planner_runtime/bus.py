@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import nats
 from nats.aio.client import Client
@@ -136,9 +136,9 @@ class Bus:
                 connecting = asyncio.ensure_future(
                     nc.connect(
                         name=name,
-                        connect_timeout=settings.nats_connect_timeout_s,
+                        connect_timeout=settings.nats_connect_timeout_s,  # type: ignore[arg-type]  # nats-py annotates int, takes float
                         max_reconnect_attempts=-1,
-                        reconnect_time_wait=0.25,
+                        reconnect_time_wait=0.25,  # type: ignore[arg-type]  # likewise
                         disconnected_cb=on_disconnect,
                         reconnected_cb=on_reconnect,
                         error_cb=on_error,
@@ -306,6 +306,19 @@ def cluster_size(nc: Client) -> int:
 def replicas_for(nodes: int) -> int:
     """JetStream replicas for a cluster of ``nodes``: 3 (a quorum survives one node) when possible."""
     return max(1, min(3, nodes))
+
+
+class KeyWatcher(Protocol):
+    """What nats-py's (unannotated) ``KeyValue.KeyWatcher`` provides."""
+
+    async def updates(self, timeout: float = 5.0) -> KeyValue.Entry | None: ...  # noqa: ASYNC109 - nats-py's signature
+
+    async def stop(self) -> None: ...
+
+
+async def kv_watch(kv: KeyValue, keys: str) -> KeyWatcher:
+    """``kv.watch(keys)`` with a typed watcher."""
+    return cast(KeyWatcher, await kv.watch(keys))
 
 
 async def flush(nc: Client, timeout_s: float = 5.0) -> None:

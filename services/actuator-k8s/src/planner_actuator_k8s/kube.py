@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import urllib3
 from kubernetes import client as k8s
@@ -87,11 +87,16 @@ def api_client(s: K8sActuatorSettings) -> k8s.ApiClient:
     else:
         cfg = k8s.Configuration()
         if s.kubeconfig:
-            k8s_config.load_kube_config(config_file=s.kubeconfig, client_configuration=cfg)
+            _untyped(k8s_config.load_kube_config)(config_file=s.kubeconfig, client_configuration=cfg)
         else:
-            k8s_config.load_incluster_config(client_configuration=cfg)
+            _untyped(k8s_config.load_incluster_config)(client_configuration=cfg)
     cfg.retries = False  # our own backoff decides; urllib3 must not retry behind its back
     return k8s.ApiClient(cfg)
+
+
+def _untyped(fn: Any) -> Callable[..., None]:
+    """The kubernetes client's config loaders carry no annotations; they return nothing."""
+    return cast(Callable[..., None], fn)
 
 
 def _call(fn: Callable[[], T]) -> T:
@@ -110,7 +115,8 @@ class DgdTarget:
 
     def _get(self) -> dict[str, Any]:
         s = self.s
-        obj: dict[str, Any] = _call(
+        # a custom object comes back as its JSON body (the client types it as object)
+        raw = _call(
             lambda: self.api.get_namespaced_custom_object(
                 s.dgd_group,
                 s.dgd_version,
@@ -120,6 +126,9 @@ class DgdTarget:
                 _request_timeout=s.request_timeout_s,
             )
         )
+        if not isinstance(raw, dict):
+            raise KubeError(ErrorKind.PERMANENT, 0, f"{s.dgd_name}: not a JSON object")
+        obj: dict[str, Any] = raw
         services = (obj.get("spec") or {}).get("services") or {}
         self._found = find_services(services, self.overrides)
         return obj
@@ -169,8 +178,9 @@ class ScaleTarget:
         return sorted(self.refs)
 
     def _json(self, obj: Any) -> dict[str, Any]:
-        out: dict[str, Any] = self.client.sanitize_for_serialization(obj)
-        return out
+        # unannotated in the client; it turns model objects into plain JSON values
+        to_json = cast(Callable[[Any], dict[str, Any]], self.client.sanitize_for_serialization)
+        return to_json(obj)
 
     def _read_scale(self, ref: ScaleRef) -> dict[str, Any]:
         ns, t = self.s.k8s_namespace, self.s.request_timeout_s
@@ -185,10 +195,12 @@ class ScaleTarget:
     def _read_workload(self, ref: ScaleRef) -> dict[str, Any]:
         ns, t = self.s.k8s_namespace, self.s.request_timeout_s
         if ref.kind == "Deployment":
-            obj = _call(lambda: self.apps.read_namespaced_deployment(ref.name, ns, _request_timeout=t))
-        else:
-            obj = _call(lambda: self.apps.read_namespaced_stateful_set(ref.name, ns, _request_timeout=t))
-        return self._json(obj)
+            return self._json(
+                _call(lambda: self.apps.read_namespaced_deployment(ref.name, ns, _request_timeout=t))
+            )
+        return self._json(
+            _call(lambda: self.apps.read_namespaced_stateful_set(ref.name, ns, _request_timeout=t))
+        )
 
     def read(self) -> dict[str, Observed]:
         out: dict[str, Observed] = {}

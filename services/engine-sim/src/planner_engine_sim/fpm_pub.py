@@ -11,7 +11,7 @@ class FpmPublisher:
     """Binds ``tcp://{host}:{port}`` (port 0 = a free one); each message gets the next sequence."""
 
     def __init__(self, host: str, port: int, sndhwm: int = 100_000) -> None:
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PUB)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.SNDHWM, sndhwm)

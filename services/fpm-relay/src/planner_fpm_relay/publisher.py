@@ -136,7 +136,7 @@ class Publisher:
             payload = frames[2]
             if validate:
                 try:
-                    wid = check(payload).worker_id
+                    wid: str | None = check(payload).worker_id
                 except FastCheckError:
                     reason = slow_reason(payload)
                     if reason is not None:
@@ -148,7 +148,7 @@ class Publisher:
                 if wid is None:
                     self.count_bad(UNATTRIBUTED, "malformed")
                     continue
-            stream = engines.get(wid)  # type: ignore[arg-type]
+            stream = engines.get(wid)  # type: ignore[arg-type]  # None (unreadable) finds no stream
             if stream is None:
                 self.count_bad(UNATTRIBUTED, "unknown_engine")
                 continue

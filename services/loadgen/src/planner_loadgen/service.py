@@ -20,6 +20,7 @@ from planner_loadgen.stats import IntervalStats, RequestResult, format_summary, 
 from planner_loadgen.workload import Workload, build_workload
 from planner_proto import DecodeError, EngineInfo, GenerateRequest, TokenChunk, decode, encode
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
+from planner_runtime.bus import kv_watch
 from planner_runtime.service import Service, run_service
 from planner_sim.traces import TraceError
 
@@ -119,7 +120,7 @@ class LoadgenService(Service[LoadgenSettings]):
     # ---- engines ------------------------------------------------------------------------------
     async def _watch_engines(self, kv: KeyValue) -> None:
         prefix = f"{self.settings.namespace}."
-        watcher = await kv.watch(f"{prefix}>")
+        watcher = await kv_watch(kv, f"{prefix}>")
         try:
             while True:
                 try:
