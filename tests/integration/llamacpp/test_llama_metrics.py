@@ -43,7 +43,8 @@ NOT_EXPORTED = {"kv_usage"}
 
 
 def complete(url: str, prompt: str, max_tokens: int) -> dict[str, object]:
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True,
+            "cache_prompt": False}  # every prompt token is processed (and counted) # fmt: skip
     req = urllib.request.Request(
         f"{url}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )

