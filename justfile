@@ -86,9 +86,10 @@ bench-engine-sim *args: setup
 bench-relay *args: setup
     uv run python benchmarks/bench_relay.py "$@"
 
-# GPU-free --estimate against the real H200 profile (MAPE)
+# GPU-free --estimate against the real H200 profile, and the serving model against measured TTFT/TPOT (MAPE per GPU system, backend, TP; leave-one-GPU-out)
 bench-estimate *args: setup
     uv run python benchmarks/bench_estimate.py "$@"
+    uv run python benchmarks/bench_estimate_silicon.py "$@"
 
 # 1000 synthetic engines through 3 relays into regression and the decider
 bench-scale *args: setup

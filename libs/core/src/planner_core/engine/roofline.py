@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from planner_core.hardware import GpuSpec
 from planner_core.modelcfg import ModelConfig, QuantConfig
+from planner_core.profiling.tp_comms import pass_comm_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,8 @@ class RooflineTiming:
     kv_bytes_per_token: float
     bytes_per_s: float
     params: RooflineParams
+    comm_fixed_s: float = 0.0  # TP all-reduce latency of one pass (2 per layer)
+    comm_s_per_token: float = 0.0  # TP all-reduce transfer time per token of a pass
 
     @classmethod
     def build(
@@ -65,7 +68,8 @@ class RooflineTiming:
     ) -> RooflineTiming:
         """``quant`` overrides the checkpoint's quantisation (e.g. ``quant_from_flag("fp8")``); FP8
         weights use the FP8 tensor-core peak when the GPU has one. ``tp`` splits FLOPs and bytes evenly
-        over the ranks (collectives are not modelled)."""
+        over the ranks and adds two all-reduces per layer over the GPU's link
+        (:mod:`planner_core.profiling.tp_comms`)."""
         p = params or RooflineParams()
         q = quant if quant is not None else model.quant
         head = model.embedding_params()
@@ -83,6 +87,11 @@ class RooflineTiming:
             kv_bytes_per_token=model.kv_bytes_per_token(kv_dtype, tp),
             bytes_per_s=gpu.hbm_gb_s * 1e9 * p.memory_efficiency,
             params=p,
+            comm_fixed_s=pass_comm_s(1, model.hidden_size, model.num_layers, tp, gpu, 0.0),
+            comm_s_per_token=(
+                pass_comm_s(1, model.hidden_size, model.num_layers, tp, gpu)
+                - pass_comm_s(1, model.hidden_size, model.num_layers, tp, gpu, 0.0)
+            ),
         )
 
     def pass_time_s(
@@ -99,4 +108,5 @@ class RooflineTiming:
         kv_tokens = prefill_kv_tokens + decode_kv_tokens + t + num_decode
         memory = (self.weight_bytes + self.kv_bytes_per_token * kv_tokens) / self.bytes_per_s
         overhead = self.params.pass_overhead_s + (self.params.prefill_overhead_s if t > 0 else 0.0)
-        return overhead + max(compute, memory)
+        comm = self.comm_fixed_s + self.comm_s_per_token * (t + num_decode) if self.comm_fixed_s else 0.0
+        return overhead + max(compute, memory) + comm

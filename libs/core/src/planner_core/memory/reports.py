@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner_core.hardware import UnknownGpuError, gpu_spec
-from planner_core.memory.settings import EngineSettings, parse_version
+from planner_core.memory.settings import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    EngineSettings,
+    parse_version,
+)
 
 REQUIRED_COLUMNS = (
     "row_id",
@@ -109,6 +114,11 @@ def parse_report_row(row: dict[str, str], where: str) -> MemoryReport:
         sizes = tuple(int(s) for s in sizes_text.strip("[]").split(",") if s.strip()) if sizes_text else None
     except ValueError:
         raise ReportError(f"{where}: column 'cudagraph_capture_sizes' is not a list of integers") from None
+    # vLLM gives the big-GPU defaults (1024 seqs, 8192 tokens) only to >= 70 GiB boards that are not
+    # an A100; an A100-80GB gets the small ones
+    small = "a100" in row["gpu"].lower()
+    small_seqs = DEFAULT_MAX_NUM_SEQS[1] if small else None
+    small_tokens = DEFAULT_MAX_NUM_BATCHED_TOKENS[1] if small else None
     util = _opt_float(row, "gpu_memory_utilization", where)
     mml = _opt_int(row, "max_model_len", where)
     if util is None or mml is None:
@@ -116,8 +126,8 @@ def parse_report_row(row: dict[str, str], where: str) -> MemoryReport:
     settings = EngineSettings(
         gpu_memory_utilization=util,
         max_model_len=mml,
-        max_num_seqs=_opt_int(row, "max_num_seqs", where),
-        max_num_batched_tokens=_opt_int(row, "max_num_batched_tokens", where),
+        max_num_seqs=_opt_int(row, "max_num_seqs", where) or small_seqs,
+        max_num_batched_tokens=_opt_int(row, "max_num_batched_tokens", where) or small_tokens,
         kv_cache_dtype=(row.get("kv_cache_dtype") or "auto").strip() or "auto",
         dtype=_dtype(row.get("dtype") or ""),
         quantization=(row.get("quantization") or "").strip(),

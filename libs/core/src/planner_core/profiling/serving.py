@@ -1,0 +1,178 @@
+"""TTFT and TPOT of an engine serving a fixed number of concurrent requests, GPU-free.
+
+One engine of ``tp`` GPUs. A pass of ``n`` new tokens over context costs
+``max(compute, memory) + step overhead + layers x layer overhead + TP all-reduces``:
+
+- compute: 2 x active linear parameters / tp per token at the tensor-core peak of the weight format
+  times a GEMM efficiency that grows with the tokens of the pass, ``e_g x n / (n + n_half)`` (small
+  GEMMs do not fill the GPU), plus causal attention at the BF16 peak times ``e_attn``;
+- memory: the weights a pass touches (for MoE, the experts that ``n`` tokens route to:
+  ``E (1 - (1 - k/E)^n)`` per layer) and the KV it reads, at the HBM bandwidth times ``e_mem``;
+- all-reduces from :mod:`planner_core.profiling.tp_comms`.
+
+Serving at concurrency ``B`` with prompts of ``isl`` and ``osl`` outputs, in steady state: the
+running batch is ``B`` unless the KV cache holds fewer whole requests; TPOT is one decode pass of
+that batch at mean context ``isl + osl / 2`` plus the prefills of the batch spread over its outputs
+(``w_mix x B x prefill / osl``: chunked prefill shares the passes); TTFT is the request's own
+chunked prefill, longer by ``w_queue`` of a prefill per other running request (measured TTFT grows
+linearly in concurrency, in proportion to the prefill time, independently of the output length),
+plus a fixed intake time, plus, when the KV cache is short, the wait for a free slot (a share of a
+request's whole cycle per request that does not fit). Every efficiency and weight is in
+:class:`ServingParams`, fitted on measured rows (:func:`planner_core.profiling.silicon.fit`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner_core.gpu_table import GpuSpec
+from planner_core.modelcfg import ModelConfig
+from planner_core.profiling.tp_comms import CommParams, pass_comm_s
+
+GIB = float(2**30)
+
+# bits per weight and whether the tensor cores run the format natively (else BF16 maths)
+FORMAT_BITS: dict[str, float] = {"bf16": 16.0, "fp16": 16.0, "fp8": 8.0, "fp4": 4.5, "int4": 4.25}
+
+
+@dataclass(frozen=True)
+class ServingParams:
+    e_gemm: float = 0.7
+    n_half: float = 256.0  # tokens at which a GEMM reaches half its peak efficiency
+    e_attn: float = 0.4
+    e_mem: float = 0.8
+    step_overhead_s: float = 0.004  # per pass: scheduling, sampling, launches (backend dependent)
+    layer_overhead_s: float = 2e-5  # per layer and pass: kernels too small to hide
+    w_mix: float = 1.0
+    w_queue: float = 0.06  # TTFT grows by this share of a prefill per other running request
+    w_kv_wait: float = 0.5
+    ttft_fixed_s: float = 0.03  # request intake, tokenisation, first-token path (backend dependent)
+    chunk_tokens: int = 8192
+    comm: CommParams = field(default_factory=CommParams)
+    mem_util: float = 0.9
+
+
+@dataclass(frozen=True)
+class ServingPoint:
+    isl: int
+    osl: int
+    concurrency: int
+    tp: int = 1
+    weight_format: str = "fp8"  # bf16, fp8, fp4, int4
+    kv_bytes: float = 2.0  # per KV element
+
+
+def _peak_flops(gpu: GpuSpec, fmt: str) -> float:
+    if fmt == "fp8" and gpu.has_fp8:
+        return gpu.fp8_tflops * 1e12
+    if fmt == "fp4" and gpu.has_fp8:
+        # FP4 tensor cores (Blackwell) run at twice FP8; Hopper runs FP4 weights at FP8 speed
+        return gpu.fp8_tflops * (2.0 if gpu.bf16_tflops >= 2000 else 1.0) * 1e12
+    return gpu.bf16_tflops * 1e12
+
+
+@dataclass(frozen=True)
+class _Shape:
+    lin_flops_token: float  # per GPU
+    dense_bytes: float  # non-expert weights per GPU
+    expert_bytes: float  # one expert of one layer, per GPU
+    moe_layers: int
+    experts: int
+    topk: int
+    kv_token_bytes: float  # per GPU, all layers
+    attn_flops_pair: float  # per GPU
+    layers: int
+    hidden: int
+
+
+def _shape(model: ModelConfig, pt: ServingPoint) -> _Shape:
+    bits = FORMAT_BITS.get(pt.weight_format)
+    if bits is None:
+        raise ValueError(f"unknown weight format '{pt.weight_format}' (known: {', '.join(FORMAT_BITS)})")
+    tp = pt.tp
+    active = model.active_params_per_token()
+    total = model.total_params()
+    moe = model.moe
+    expert_params = 0.0
+    n_moe = 0
+    if moe is not None:
+        expert_params = (3 if model.gated_mlp else 2) * model.hidden_size * moe.moe_intermediate_size
+        n_moe = len(moe.moe_layers)
+    routed_total = expert_params * (moe.num_experts if moe else 0) * n_moe
+    head = model.embedding_params() * (1 if model.tie_word_embeddings else 2)
+    dense = (total - routed_total - head) * bits / 8 + head * 2.0
+    per_elem = pt.kv_bytes / model.dtype_bytes if model.dtype_bytes else 1.0
+    return _Shape(
+        lin_flops_token=2.0 * active / tp,
+        dense_bytes=dense / tp,
+        expert_bytes=expert_params * bits / 8 / tp,
+        moe_layers=n_moe,
+        experts=moe.num_experts if moe else 0,
+        topk=moe.experts_per_token if moe else 0,
+        kv_token_bytes=model.kv_bytes_per_token("auto", tp) * per_elem,
+        attn_flops_pair=4.0 * model.num_layers * model.num_attention_heads * model.head_dim / tp,
+        layers=model.num_layers,
+        hidden=model.hidden_size,
+    )
+
+
+def _weights_read(s: _Shape, tokens: int) -> float:
+    if s.experts == 0:
+        return s.dense_bytes
+    touched = s.experts * (1.0 - (1.0 - s.topk / s.experts) ** max(tokens, 1))
+    return s.dense_bytes + s.expert_bytes * touched * s.moe_layers
+
+
+def pass_s(
+    s: _Shape, gpu: GpuSpec, fmt: str, tp: int, new_tokens: int, kv_read_tokens: float, pairs: float,
+    p: ServingParams,
+) -> float:  # fmt: skip
+    """One forward pass: ``new_tokens`` computed, ``kv_read_tokens`` of KV read, ``pairs`` attention
+    query-key pairs."""
+    eff = p.e_gemm * new_tokens / (new_tokens + p.n_half)
+    compute = s.lin_flops_token * new_tokens / (_peak_flops(gpu, fmt) * eff)
+    compute += s.attn_flops_pair * pairs / (gpu.bf16_tflops * 1e12 * p.e_attn)
+    memory = (_weights_read(s, new_tokens) + s.kv_token_bytes * kv_read_tokens) / (
+        gpu.hbm_gb_s * 1e9 * p.e_mem
+    )
+    comm = pass_comm_s(new_tokens, s.hidden, s.layers, tp, gpu, 2.0, p.comm)
+    return max(compute, memory) + p.step_overhead_s + s.layers * p.layer_overhead_s + comm
+
+
+def prefill_s(s: _Shape, gpu: GpuSpec, pt: ServingPoint, p: ServingParams) -> float:
+    done, total = 0, 0.0
+    while done < pt.isl:
+        n = min(p.chunk_tokens, pt.isl - done)
+        total += pass_s(s, gpu, pt.weight_format, pt.tp, n, done, n * done + 0.5 * n * n, p)
+        done += n
+    return total
+
+
+def kv_capacity_tokens(s: _Shape, gpu: GpuSpec, p: ServingParams) -> float:
+    free = gpu.memory_gib * GIB * p.mem_util - s.dense_bytes - s.expert_bytes * s.experts * s.moe_layers
+    free -= 2.0 * GIB  # activations, CUDA graphs, communication buffers
+    return max(free, 0.0) / s.kv_token_bytes if s.kv_token_bytes > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class ServingEstimate:
+    ttft_ms: float
+    tpot_ms: float
+    running: int  # requests the KV cache holds at once
+    prefill_ms: float
+    decode_pass_ms: float
+
+
+def predict_serving(model: ModelConfig, gpu: GpuSpec, pt: ServingPoint, p: ServingParams) -> ServingEstimate:
+    s = _shape(model, pt)
+    cap = kv_capacity_tokens(s, gpu, p)
+    running = max(1, min(pt.concurrency, int(cap // max(pt.isl + pt.osl, 1))))
+    ctx = pt.isl + pt.osl / 2.0
+    dec = pass_s(s, gpu, pt.weight_format, pt.tp, running, running * ctx, running * ctx, p)
+    pf = prefill_s(s, gpu, pt, p)
+    tpot = dec + p.w_mix * (running - 1) * pf / max(pt.osl, 1)
+    cycle = pf + pt.osl * tpot
+    ttft = p.ttft_fixed_s + pf * (1.0 + p.w_queue * (running - 1))
+    if pt.concurrency > running:
+        ttft += p.w_kv_wait * (pt.concurrency - running) / running * cycle
+    return ServingEstimate(ttft * 1e3, tpot * 1e3, running, pf * 1e3, dec * 1e3)

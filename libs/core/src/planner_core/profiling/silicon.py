@@ -1,0 +1,151 @@
+"""Measured serving rows (AI Configurator's silicon dump) and the fit of :class:`ServingParams`.
+
+A row is one aggregated engine at a fixed concurrency: model, GPU system, backend, weight format,
+TP, ISL/OSL and the measured mean TTFT and TPOT. Rows that the model cannot describe are left out by
+:func:`usable` with a reason (disaggregated, attention-DP or expert-parallel layouts, pipeline
+parallel, models without a config). The fit minimises the squared log error of TTFT and TPOT over
+the rows: one set of efficiencies shared by every backend and GPU, one step overhead per backend.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from planner_core.gpu_table import GpuSpec
+from planner_core.hardware import UnknownGpuError, gpu_spec
+from planner_core.modelcfg import ModelConfig
+from planner_core.profiling.serving import FORMAT_BITS, ServingParams, ServingPoint, predict_serving
+from planner_core.profiling.tp_comms import CommParams
+
+BACKENDS = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True)
+class SiliconRow:
+    row_id: str
+    model_path: str
+    system: str
+    backend: str
+    point: ServingPoint
+    ttft_ms: float
+    tpot_ms: float
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    with Path(path).open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def usable(raw: dict[str, str], has_config: Callable[[str], bool]) -> SiliconRow | str:
+    """The row as a :class:`SiliconRow`, or why it is left out."""
+    if raw.get("mode") != "agg":
+        return "disaggregated"
+    if (raw.get("pp_size") or "1") != "1":
+        return "pipeline parallel"
+    if (raw.get("attention_dp_size") or "1") != "1":
+        return "attention data parallel"
+    tp = int(raw.get("tp_size") or 1)
+    ep = int(raw.get("moe_ep_size") or 1)
+    if ep not in (1,):
+        return "expert parallel"
+    if not has_config(raw["model_path"]):
+        return "no model config"
+    fmt = (raw.get("precision") or "").lower()
+    if fmt not in FORMAT_BITS:
+        return f"precision '{fmt}'"
+    try:
+        gpu_spec(raw["system"])
+    except UnknownGpuError:
+        return "unknown GPU system"
+    try:
+        ttft, tpot = float(raw["silicon_ttft_ms"]), float(raw["silicon_tpot_ms"])
+    except (KeyError, ValueError):
+        return "no measurement"
+    if not (ttft > 0 and tpot > 0):
+        return "no measurement"
+    point = ServingPoint(
+        isl=int(raw["isl"]), osl=int(raw["osl"]), concurrency=int(raw["batch_size"]), tp=tp,
+        weight_format=fmt, kv_bytes=1.0 if fmt in ("fp8", "fp4") else 2.0,
+    )  # fmt: skip
+    return SiliconRow(raw["id"], raw["model_path"], raw["system"], raw["backend"], point, ttft, tpot)
+
+
+# -- parameter vector <-> ServingParams ---------------------------------------------------------------
+_NAMES = (
+    "e_gemm",
+    "n_half",
+    "e_attn",
+    "e_mem",
+    "layer_overhead_s",
+    "w_mix",
+    "w_queue",
+    "w_kv_wait",
+    "comm_lat",
+)
+_NB = len(BACKENDS)
+_LO = np.array([0.1, 1.0, 0.05, 0.3, 0.0, 0.0, 0.0, 0.0, 1e-6, *([1e-4] * _NB), *([0.0] * _NB)])
+_HI = np.array([1.0, 4096.0, 1.0, 1.0, 2e-4, 3.0, 1.0, 3.0, 1e-4, *([0.05] * _NB), *([0.5] * _NB)])
+
+
+def _to_params(x: np.ndarray) -> dict[str, ServingParams]:
+    base = ServingParams(
+        e_gemm=float(x[0]), n_half=float(x[1]), e_attn=float(x[2]), e_mem=float(x[3]),
+        layer_overhead_s=float(x[4]), w_mix=float(x[5]), w_queue=float(x[6]), w_kv_wait=float(x[7]),
+        comm=CommParams(latency_s=float(x[8])),
+    )  # fmt: skip
+    return {
+        b: replace(base, step_overhead_s=float(x[9 + i]), ttft_fixed_s=float(x[9 + _NB + i]))
+        for i, b in enumerate(BACKENDS)
+    }
+
+
+def _x0(p: ServingParams) -> np.ndarray:
+    head = [p.e_gemm, p.n_half, p.e_attn, p.e_mem, p.layer_overhead_s, p.w_mix, p.w_queue, p.w_kv_wait,
+            p.comm.latency_s]  # fmt: skip
+    x: np.ndarray = np.clip(
+        np.array([*head, *([p.step_overhead_s] * _NB), *([p.ttft_fixed_s] * _NB)]), _LO, _HI
+    )
+    return x
+
+
+def predict_row(
+    row: SiliconRow, models: Callable[[str], ModelConfig], params: dict[str, ServingParams]
+) -> tuple[float, float]:
+    gpu: GpuSpec = gpu_spec(row.system)
+    est = predict_serving(models(row.model_path), gpu, row.point, params[row.backend])
+    return est.ttft_ms, est.tpot_ms
+
+
+def fit(
+    rows: Sequence[SiliconRow], models: Callable[[str], ModelConfig], start: ServingParams = ServingParams()
+) -> dict[str, ServingParams]:
+    """Least squares on log(predicted / measured) of TTFT and TPOT, every row weighted alike."""
+    rows = list(rows)
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        params = _to_params(x)
+        out = []
+        for r in rows:
+            ttft, tpot = predict_row(r, models, params)
+            out.append(math.log(ttft / r.ttft_ms))
+            out.append(math.log(tpot / r.tpot_ms))
+        return np.array(out)
+
+    sol = least_squares(resid, _x0(start), bounds=(_LO, _HI), x_scale="jac", max_nfev=40)
+    return _to_params(sol.x)
+
+
+def ape_pct(pred: float, ref: float) -> float:
+    return abs(pred - ref) / ref * 100.0
+
+
+def mape(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if values else float("nan")
