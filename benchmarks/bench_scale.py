@@ -30,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from scale.atscale import measure as measure_atscale
 from scale.fanin import measure
 from scale.harness import ScaleConfig, extrapolate, run
 
@@ -156,6 +157,29 @@ def sweep(counts: list[int], rate: float, single_rate: float, window_s: float) -
     return rows
 
 
+def at_scale(workers: int, messages: int, ticks: int) -> dict[str, Any]:
+    r = measure_atscale(workers, messages, ticks)
+    print(
+        f"== regression and decider with {workers} workers (in-process, real service code, embedded nats-server) =="
+    )
+    print(
+        f"regression FPM handler (decode + track update; NATS delivery not included): "
+        f"{r['regression_us_per_fpm']:.1f} us/FPM CPU, {r['regression_fpm_per_s'] / 1000:.0f}k FPM/s in one process"
+    )
+    for k, v in sorted(r.items()):
+        if k.startswith("snapshot_") and isinstance(v, dict) and v["workers"]:
+            print(
+                f"snapshot {k.removeprefix('snapshot_')}: {v['workers']} workers, {v['bytes'] / 1024:.0f} KiB "
+                f"({100 * v['bytes'] / r['max_payload_bytes']:.0f}% of max_payload {r['max_payload_bytes'] / 1024:.0f} KiB), "
+                f"update (fit + build) {v['update_ms']:.1f} ms"
+            )
+    print(
+        f"decider tick with {r['decider_workers']} workers in the snapshots: mean {r['decider_tick_mean_ms']:.2f} ms, "
+        f"p99 {r['decider_tick_p99_ms']:.2f} ms ({ticks} ticks back to back)"
+    )
+    return r
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engines", type=int, default=1000)
@@ -180,13 +204,21 @@ def main(argv: list[str] | None = None) -> int:
         "--sweep", default="1,100,330,1000", help="engine counts of the fan-in sweep ('' skips it)"
     )
     ap.add_argument("--sweep-rate", type=float, default=20.0, help="FPM/s per engine in the sweep")
-    ap.add_argument("--single-rate", type=float, default=2000.0, help="FPM/s of the single-stream reference")
+    ap.add_argument("--single-rate", type=float, default=20000.0, help="FPM/s of the single-stream reference")
     ap.add_argument("--sweep-window-s", type=float, default=10.0)
+    ap.add_argument(
+        "--atscale-workers", type=int, default=1000, help="workers for regression/decider (0 skips)"
+    )
     ap.add_argument("--pipeline", action="store_true", help="also run the full pipeline (heavy)")
     a = ap.parse_args(argv)
-    if a.sweep:
-        counts = [int(x) for x in a.sweep.split(",") if x.strip()]
-        rows = sweep(counts, a.sweep_rate, a.single_rate, a.sweep_window_s)
+    if a.sweep or a.atscale_workers:
+        rows: dict[str, Any] = {}
+        if a.sweep:
+            counts = [int(x) for x in a.sweep.split(",") if x.strip()]
+            rows["sweep"] = sweep(counts, a.sweep_rate, a.single_rate, a.sweep_window_s)
+            print()
+        if a.atscale_workers:
+            rows["at_scale"] = at_scale(a.atscale_workers, 100_000, 200)
         if a.json:
             print(json.dumps(rows, indent=2))
         if not a.pipeline:

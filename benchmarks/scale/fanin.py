@@ -3,8 +3,8 @@ reading N synthetic engines (``engines.py``) registered in ``planner_engines``, 
 nats-server. Relay CPU comes from /proc over a measurement window after every engine is subscribed
 and relaying; messages and sequence gaps from the relay's own /metrics over the same window.
 
-The single-stream reference is one engine at ``single_rate`` (default 2000 FPM/s: a stream busy
-enough that the per-message cost, not the relay's idle timers, dominates).
+The single-stream reference is one engine at the sweep's total rate (``--single-rate``, default
+20000 FPM/s = 1000 x 20): the same messages per second, from one engine instead of many.
 """
 
 from __future__ import annotations

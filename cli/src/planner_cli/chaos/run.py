@@ -118,6 +118,9 @@ async def _inject(
             )
         r = results[first]
         console.print(f"  -> {'recovered' if r.ok else 'NOT recovered'} {r.trigger} {r.note}")
+        for row in results[first + 1 :]:
+            if not row.ok:
+                console.print(f"     {row.target}: {row.note}")
     return results, outages
 
 
@@ -173,7 +176,11 @@ async def _evidence(
         failures={
             str(e["request_id"]): float(e["ts"]) for e in gen_log if e.get("event") == "request_failed"
         },
-        drained={str(e["watcher"]) for e in act_log if e.get("event") == "drain_begin"},
+        drained={
+            str(e.get("worker", e.get("watcher")))  # the actuation core logs "worker" (older: "watcher")
+            for e in act_log
+            if e.get("event") == "drain_begin"
+        },
         nats_outages=outages,
         requests=stack.requests,
         gpu_budget=cfg.demo.gpu_budget,
