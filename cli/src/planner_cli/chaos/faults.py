@@ -224,6 +224,20 @@ def node_of_client(cluster: NatsCluster, name: str) -> int | None:
     return None
 
 
+async def _streams_answer(stack: Stack, deadline: float) -> bool:
+    """True once every JetStream stream (KV buckets included) answers a ``stream_info``."""
+    js = stack.bus.js
+    while time.time() < deadline:
+        try:
+            names = [i.config.name for i in await js.streams_info()]
+            for name in names:
+                await js.stream_info(str(name))
+            return True
+        except Exception:
+            await asyncio.sleep(0.2)
+    return False
+
+
 async def cluster_fault(
     stack: Stack, clock: MessageClock, fault: str, at_s: float, down_s: float, timeout_s: float
 ) -> tuple[list[FaultResult], tuple[float, float]]:
@@ -281,7 +295,14 @@ async def cluster_fault(
                     n.start()
             t_back = time.time()
         healthy = await asyncio.to_thread(cluster.wait_healthy, timeout_s)
+        healthy = healthy and await _streams_answer(stack, time.time() + timeout_s)
         t_healthy = time.time()
+        if fault != NODE_KILL:
+            # NATS is back once JetStream is (every node's /healthz, and every stream and KV bucket
+            # answering: each has elected its leader, which after a full restart takes a raft election
+            # timeout per asset), not when the processes listen: the services' 2 ticks count from there
+            trigger += f"; JetStream back {t_healthy - t_back:.1f} s later"
+            t_back = t_healthy
         rows = await _services_back(stack, clock, fault, at_s, trigger, what, t_kill, t_back, timeout_s)
         if failed or not healthy:
             rows[0].ok, rows[0].note = False, failed or "cluster not healthy again"
