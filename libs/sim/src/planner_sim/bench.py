@@ -1,8 +1,12 @@
-"""Bench harness: every policy on every trace in the simulator, next to the hindsight oracle.
+"""Bench harness: every policy on every trace in the simulator, next to two limits.
 
-Per trace: read it, truncate it (``duration_s``), scale its rate so that its peak interval needs about
-``peak_gpus`` GPUs by the oracle, then simulate each policy from the same starting fleet (the oracle's
-first interval). Runs are independent, so ``jobs`` > 1 spreads them over processes.
+Per trace: read it (a bad line stops the bench with its file and line), spread quantised arrivals
+(``jitter_s``), truncate it (``duration_s``), scale its rate so that the oracle's peak interval needs
+about ``peak_gpus`` GPUs (bisection on the rate, TTFT search included), set aside the infeasible requests
+(:mod:`planner_sim.feasibility`), then compute the instant oracle and the clairvoyant oracle that pays
+the startup delay (:mod:`planner_sim.clairvoyant`), and simulate each policy from the clairvoyant's
+starting fleet (a fair start). With ``frontier``, each policy runs at every point of its knob's sweep
+(:mod:`planner_sim.frontier`). Runs are independent, so ``jobs`` > 1 spreads them over processes.
 """
 
 from __future__ import annotations
@@ -15,15 +19,20 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from planner_core.engine import fit_calibrated
 from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
 from planner_core.policy import CapacityModel
 from planner_core.profile import DecodeProfile, PrefillProfile, ProfileError, load_decode, load_prefill
+from planner_sim.clairvoyant import ClairvoyantResult, ScheduleController, clairvoyant
+from planner_sim.feasibility import BoolArray, Feasibility, FloatArray, SlaTargets, check_feasibility
+from planner_sim.frontier import KNOBS, family, frontier_policies
 from planner_sim.oracle import OracleResult, oracle
 from planner_sim.policies import PolicyContext, check_policy_name, make_controller
 from planner_sim.records import LatencySummary, summarize
-from planner_sim.simulator import SimResult, simulate
-from planner_sim.traces import TraceRequest, read_trace, scale_trace
+from planner_sim.simulator import Controller, SimResult, simulate
+from planner_sim.traces import TraceRequest, jitter_arrivals, read_trace, scale_trace
 from planner_sim.workers import ClusterSettings
 
 
@@ -34,6 +43,8 @@ class BenchConfig:
     policies: tuple[str, ...]
     ttft_target_ms: float = 500.0
     itl_target_ms: float = 50.0
+    ttft_ms_per_1k_isl: float = 0.0
+    """The TTFT target grows by this much per 1000 prompt tokens (0 = one target for every request)."""
     startup_s: float = 120.0
     gpu_budget: int = -1
     peak_gpus: float | None = None
@@ -43,11 +54,18 @@ class BenchConfig:
     """Share of an interval's requests the oracle's prefill fleet must serve within the TTFT target."""
     tick_s: float = 5.0
     seed: int = 0
+    jitter_s: float = 0.0
+    """Spread each arrival uniformly over this many seconds after its stamp (quantised traces)."""
+    frontier: bool = False
+    """Sweep each policy's knob (5-9 runs per policy) instead of one run at its default."""
     jobs: int = 1
 
     def __post_init__(self) -> None:
         for p in self.policies:
             check_policy_name(p)
+        self.sla()
+        if not (math.isfinite(self.jitter_s) and self.jitter_s >= 0):
+            raise ValueError(f"jitter_s: must be >= 0, got {self.jitter_s}")
         checks = {
             "ttft_target_ms": self.ttft_target_ms,
             "itl_target_ms": self.itl_target_ms,
@@ -68,6 +86,11 @@ class BenchConfig:
         if self.jobs < 1:
             raise ValueError(f"jobs: must be >= 1, got {self.jobs}")
 
+    def sla(self) -> SlaTargets:
+        return SlaTargets(
+            ttft_ms=self.ttft_target_ms, itl_ms=self.itl_target_ms, ttft_ms_per_1k_isl=self.ttft_ms_per_1k_isl
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class PolicyRun:
@@ -81,6 +104,8 @@ class PolicyRun:
     workers_created: int
     wall_s: float
     sim_speed: float
+    knob: float | None = None
+    """The knob value of this run (None: the policy's default; see planner_sim.frontier)."""
     timeline_s: list[float] = field(default_factory=list)
     timeline_gpus: list[int] = field(default_factory=list)
     timeline_prefill: list[int] = field(default_factory=list)
@@ -95,6 +120,21 @@ class TracePrep:
     requests: list[TraceRequest]
     horizon_s: float
     oracle: OracleResult
+    clairvoyant: ClairvoyantResult
+    ttft_targets_ms: FloatArray
+    """Per simulated request."""
+    counted: BoolArray
+    """Per simulated request: feasible (counted in the attainment)."""
+    infeasible_requests: int
+    """Too slow for their TTFT target even on an idle engine, or over the context (the latter are not
+    simulated: a real engine rejects them)."""
+    policy_ttft_ms: float
+    """The TTFT target the policies are given (the target of the mean prompt)."""
+
+    @property
+    def peak_gpus(self) -> int:
+        o = self.oracle
+        return int((o.prefill * o.gpus_per_prefill + o.decode * o.gpus_per_decode).max(initial=0))
 
 
 def find_profile(profile_dir: str) -> tuple[PrefillProfile, DecodeProfile]:
@@ -125,10 +165,92 @@ def cluster_settings(cfg: BenchConfig) -> ClusterSettings:
     return ClusterSettings(timing=fit_calibrated(pre, dec), num_gpu_blocks=blocks, startup_s=cfg.startup_s)
 
 
+def load_requests(source: str, seed: int = 0) -> tuple[str, list[TraceRequest]]:
+    """(name, requests) of a trace file (a bad line raises TraceError naming it), or of a generated
+    source (``servegen:...``, ``synthetic:...``: see planner_sim.scenarios)."""
+    from planner_sim.scenarios import is_generated, load_generated
+
+    if is_generated(source):
+        return load_generated(source, seed)
+    return Path(source).stem, read_trace(source, on_error="raise").requests
+
+
+def _oracle(
+    cfg: BenchConfig, settings: ClusterSettings, reqs: Sequence[TraceRequest], horizon: float
+) -> tuple[OracleResult, Feasibility, FloatArray]:
+    sla = cfg.sla()
+    feas = check_feasibility(reqs, settings, sla)
+    targets = sla.ttft_target_ms([r.input_tokens for r in reqs])
+    orc = oracle(
+        reqs,
+        settings,
+        cfg.itl_target_ms,
+        ttft_target_ms=targets,
+        attainment=cfg.oracle_attainment_pct / 100.0,
+        interval_s=cfg.oracle_interval_s,
+        horizon_s=horizon,
+        counted=feas.feasible,
+    )
+    return orc, feas, targets
+
+
+def calibrate_rate(
+    cfg: BenchConfig,
+    settings: ClusterSettings,
+    reqs: Sequence[TraceRequest],
+    horizon: float,
+    peak_gpus: float,
+) -> float:
+    """The rate scale at which the oracle's peak interval needs about ``peak_gpus`` GPUs: bisection
+    (in log scale) on the oracle's need, TTFT search included, over the few intervals that need the most
+    by the rate bound (the peak is among them)."""
+    interval = cfg.oracle_interval_s
+    bound = oracle(
+        reqs, settings, cfg.itl_target_ms, ttft_target_ms=None, interval_s=interval, horizon_s=horizon
+    )
+    g = bound.prefill_need * bound.gpus_per_prefill + bound.decode_need * bound.gpus_per_decode
+    top = [int(i) for i in np.argsort(g)[-3:]]
+    chunks = [
+        [TraceRequest(r.arrival_s - i * interval, r.input_tokens, r.output_tokens, r.hash_ids) for r in reqs
+         if i * interval <= r.arrival_s < (i + 1) * interval]
+        for i in top
+    ]  # fmt: skip
+
+    def peak(scale: float) -> float:
+        best = 0.0
+        for chunk in chunks:
+            if not chunk:
+                continue
+            scaled = scale_trace(chunk, rate_scale=scale, seed=cfg.seed)
+            orc, _, _ = _oracle(cfg, settings, scaled, interval)
+            best = max(best, orc.peak_gpu_need)
+        return best
+
+    # the need is about proportional to the rate: proportional steps until the target is bracketed,
+    # then bisection (log scale) until the bracket is within 4 %
+    lo, hi = 0.0, math.inf
+    scale = peak_gpus / max(bound.peak_gpu_need, 1e-9)
+    for _ in range(12):
+        got = peak(scale)
+        if got < peak_gpus:
+            lo = max(lo, scale)
+        else:
+            hi = min(hi, scale)
+        if lo > 0 and hi < math.inf:
+            if hi / lo < 1.04:
+                break
+            scale = math.sqrt(lo * hi)
+        else:
+            scale = scale * min(max(peak_gpus / max(got, 1e-9), 0.25), 4.0)
+    return hi if lo == 0 else lo
+
+
 @functools.lru_cache(maxsize=8)
 def prepare_trace(cfg: BenchConfig, path: str) -> TracePrep:
     settings = cluster_settings(cfg)
-    reqs = read_trace(path).requests
+    name, reqs = load_requests(path, cfg.seed)
+    if cfg.jitter_s > 0:
+        reqs = jitter_arrivals(reqs, cfg.jitter_s, seed=cfg.seed)
     if cfg.duration_s is not None:
         reqs = [r for r in reqs if r.arrival_s < cfg.duration_s]
     if not reqs:
@@ -136,49 +258,59 @@ def prepare_trace(cfg: BenchConfig, path: str) -> TracePrep:
     horizon = cfg.duration_s if cfg.duration_s is not None else reqs[-1].arrival_s
     scale = 1.0
     if cfg.peak_gpus is not None:
-        base = oracle(
-            reqs,
-            settings,
-            cfg.itl_target_ms,
-            ttft_target_ms=None,
-            interval_s=cfg.oracle_interval_s,
-            horizon_s=horizon,
-        )
-        scale = cfg.peak_gpus / max(base.peak_gpu_need, 1e-9)
+        scale = calibrate_rate(cfg, settings, reqs, horizon, cfg.peak_gpus)
         reqs = scale_trace(reqs, rate_scale=scale, seed=cfg.seed)
-    orc = oracle(
-        reqs,
-        settings,
-        cfg.itl_target_ms,
-        ttft_target_ms=cfg.ttft_target_ms,
-        attainment=cfg.oracle_attainment_pct / 100.0,
-        interval_s=cfg.oracle_interval_s,
-        horizon_s=horizon,
-    )
+    too_long = sum(1 for r in reqs if r.input_tokens > settings.context_length_tokens)
+    reqs = [r for r in reqs if r.input_tokens <= settings.context_length_tokens]
+    if not reqs:
+        raise ValueError(
+            f"{path}: every request is longer than the context ({settings.context_length_tokens})"
+        )
+    orc, feas, targets = _oracle(cfg, settings, reqs, horizon)
+    mean_isl = float(np.mean([r.input_tokens for r in reqs]))
     return TracePrep(
-        name=Path(path).stem, path=path, rate_scale=scale, requests=reqs, horizon_s=horizon, oracle=orc
+        name=name,
+        path=path,
+        rate_scale=scale,
+        requests=reqs,
+        horizon_s=horizon,
+        oracle=orc,
+        clairvoyant=clairvoyant(orc, cfg.startup_s),
+        ttft_targets_ms=targets,
+        counted=feas.feasible,
+        infeasible_requests=feas.infeasible + too_long,
+        policy_ttft_ms=cfg.sla().policy_ttft_ms(mean_isl),
     )
 
 
-def run_one(cfg: BenchConfig, path: str, policy: str) -> PolicyRun:
+CLAIRVOYANT = "clairvoyant"
+"""The policy name of the clairvoyant oracle's replay in the runs."""
+
+
+def run_one(cfg: BenchConfig, path: str, policy: str, knob: float | None = None) -> PolicyRun:
     prep = prepare_trace(cfg, path)
     settings = cluster_settings(cfg)
-    ctx = PolicyContext(
-        settings=settings,
-        oracle=prep.oracle,
-        capacity=_profile(cfg.profile_dir)[2],
-        ttft_target_ms=cfg.ttft_target_ms,
-        itl_target_ms=cfg.itl_target_ms,
-        gpu_budget=cfg.gpu_budget,
-    )
-    res: SimResult = simulate(
-        prep.requests, settings, make_controller(policy, ctx), horizon_s=prep.horizon_s, tick_s=cfg.tick_s
-    )
+    ctrl: Controller
+    if policy == CLAIRVOYANT:
+        ctrl = ScheduleController(CLAIRVOYANT, prep.clairvoyant, lead_s=cfg.tick_s)
+    else:
+        ctx = PolicyContext(
+            settings=settings,
+            oracle=prep.oracle,
+            capacity=_profile(cfg.profile_dir)[2],
+            ttft_target_ms=prep.policy_ttft_ms,
+            itl_target_ms=cfg.itl_target_ms,
+            gpu_budget=cfg.gpu_budget,
+            start=prep.clairvoyant.initial(),
+        )
+        ctrl = make_controller(policy, ctx, knob)
+    res: SimResult = simulate(prep.requests, settings, ctrl, horizon_s=prep.horizon_s, tick_s=cfg.tick_s)
     tl = res.timeline
     return PolicyRun(
         trace=prep.name,
         policy=policy,
-        summary=summarize(res.log, cfg.ttft_target_ms, cfg.itl_target_ms),
+        knob=knob,
+        summary=summarize(res.log, prep.ttft_targets_ms, cfg.itl_target_ms, counted=prep.counted),
         gpu_hours=res.gpu_hours,
         starting_gpu_hours=res.starting_gpu_seconds / 3600.0,
         draining_gpu_hours=res.draining_gpu_seconds / 3600.0,
@@ -193,16 +325,32 @@ def run_one(cfg: BenchConfig, path: str, policy: str) -> PolicyRun:
     )
 
 
-def _run_task(task: tuple[BenchConfig, str, str]) -> PolicyRun:
+Task = tuple[BenchConfig, str, str, float | None]
+
+
+def _run_task(task: Task) -> PolicyRun:
     return run_one(*task)
 
 
 Progress = Callable[[PolicyRun], None]
 
 
+def bench_tasks(cfg: BenchConfig) -> list[Task]:
+    """Every simulation of a bench: the clairvoyant replay, then each policy (each knob point)."""
+    tasks: list[Task] = []
+    for p in cfg.traces:
+        tasks.append((cfg, p, CLAIRVOYANT, None))
+        if cfg.frontier:
+            for pol in frontier_policies(cfg.policies):
+                tasks.extend((cfg, p, pol, k) for k in KNOBS[family(pol)][1])
+        else:
+            tasks.extend((cfg, p, pol, None) for pol in cfg.policies)
+    return tasks
+
+
 def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> tuple[list[TracePrep], list[PolicyRun]]:
     preps = [prepare_trace(cfg, p) for p in cfg.traces]
-    tasks = [(cfg, p, pol) for p in cfg.traces for pol in cfg.policies]
+    tasks = bench_tasks(cfg)
     runs: list[PolicyRun] = []
     if cfg.jobs <= 1:
         for t in tasks:
@@ -220,8 +368,10 @@ def run_bench(cfg: BenchConfig, progress: Progress | None = None) -> tuple[list[
 
 
 def default_progress(r: PolicyRun) -> None:
+    knob = "" if r.knob is None else f" @ {r.knob:g}"
     print(
-        f"  {r.trace} {r.policy}: {r.wall_s:.1f} s wall, {r.sim_speed:.0f} sim s per wall s",
+        f"  {r.trace} {r.policy}{knob}: SLA {r.summary.sla_attainment_pct:.1f} %, {r.gpu_hours:.2f} GPU-h, "
+        f"{r.wall_s:.1f} s wall, {r.sim_speed:.0f} sim s per wall s",
         file=sys.stderr,
         flush=True,
     )

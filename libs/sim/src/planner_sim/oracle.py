@@ -38,6 +38,7 @@ from planner_sim.workers import ClusterSettings
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 
 def prefill_rate_tok_per_s(settings: ClusterSettings) -> float:
@@ -110,9 +111,14 @@ class OracleResult:
 
 
 def prefill_meets_ttft(
-    requests: Sequence[TraceRequest], n: int, settings: ClusterSettings, ttft_target_ms: float
+    requests: Sequence[TraceRequest],
+    n: int,
+    settings: ClusterSettings,
+    ttft_target_ms: float | FloatArray,
+    counted: BoolArray | None = None,
 ) -> float:
-    """Fraction of ``requests`` (prompts only) meeting the TTFT target on ``n`` fresh prefill engines."""
+    """Fraction of ``requests`` (prompts only) meeting the TTFT target (one, or one per request) on
+    ``n`` fresh prefill engines; only the ``counted`` requests are scored (all are replayed)."""
     from planner_sim.controllers import StaticController
     from planner_sim.simulator import simulate
 
@@ -120,21 +126,27 @@ def prefill_meets_ttft(
     shifted = [TraceRequest(r.arrival_s - t0, r.input_tokens, 1) for r in requests]
     fleet = StaticController("oracle", {"prefill": n, "decode": 0})
     res = simulate(shifted, settings, fleet, tick_s=1e9)
-    ttft_ms = res.log.ttft_s() * 1e3
-    return float(np.mean(ttft_ms <= ttft_target_ms))
+    ok = res.log.ttft_s() * 1e3 <= ttft_target_ms
+    if counted is not None:
+        if not counted.any():
+            return 1.0
+        ok = ok[counted]
+    return float(np.mean(ok))
 
 
 def search_prefill(
     requests: Sequence[TraceRequest],
     start: int,
     settings: ClusterSettings,
-    ttft_target_ms: float,
+    ttft_target_ms: float | FloatArray,
     attainment: float,
     max_workers: int = 256,
+    counted: BoolArray | None = None,
 ) -> int:
-    """Smallest n >= start whose prefill fleet meets the TTFT target for ``attainment`` of requests."""
+    """Smallest n >= start whose prefill fleet meets the TTFT target for ``attainment`` of the
+    (counted) requests."""
     n = max(start, 1)
-    while n < max_workers and prefill_meets_ttft(requests, n, settings, ttft_target_ms) < attainment:
+    while n < max_workers and prefill_meets_ttft(requests, n, settings, ttft_target_ms, counted) < attainment:
         n += 1
     return n
 
@@ -144,13 +156,16 @@ def oracle(
     settings: ClusterSettings,
     itl_target_ms: float,
     *,
-    ttft_target_ms: float | None = 500.0,
+    ttft_target_ms: float | FloatArray | None = 500.0,
     attainment: float = 0.99,
     interval_s: float = 60.0,
     horizon_s: float | None = None,
     min_replicas: int = 1,
+    counted: BoolArray | None = None,
 ) -> OracleResult:
-    """``ttft_target_ms=None``: prefill by the rate bound alone (cheap; used to scale trace rates)."""
+    """``ttft_target_ms=None``: prefill by the rate bound alone (cheap; used to scale trace rates).
+    ``ttft_target_ms`` may give one target per request; ``counted``: the requests the TTFT search
+    must serve (infeasible ones are replayed but not scored; default: all)."""
     if interval_s <= 0:
         raise ValueError(f"interval_s: must be > 0, got {interval_s}")
     horizon = horizon_s if horizon_s is not None else (trace[-1].arrival_s if trace else 0.0)
@@ -174,9 +189,18 @@ def oracle(
     if ttft_target_ms is not None:
         bounds = np.searchsorted(idx, np.arange(n_bins + 1))  # idx is sorted: the trace is
         for i in range(n_bins):
-            chunk = trace[int(bounds[i]) : int(bounds[i + 1])]
+            lo, hi = int(bounds[i]), int(bounds[i + 1])
+            chunk = trace[lo:hi]
             if chunk:
-                found = search_prefill(chunk, int(prefill[i]), settings, ttft_target_ms, attainment)
+                target = ttft_target_ms if np.isscalar(ttft_target_ms) else np.asarray(ttft_target_ms)[lo:hi]
+                found = search_prefill(
+                    chunk,
+                    int(prefill[i]),
+                    settings,
+                    target,  # type: ignore[arg-type]
+                    attainment,
+                    counted=None if counted is None else counted[lo:hi],
+                )
                 prefill[i] = max(found, floor)
                 p_need[i] = max(p_need[i], float(found))
     return OracleResult(

@@ -1,19 +1,73 @@
-"""Bench output: a rich table, a JSON document, and a PNG of replicas and load over time."""
+"""Bench output: a rich table, a JSON document, a PNG of replicas and load over time, and the frontier
+chart (attainment vs GPU-hours per policy, one panel per trace).
+
+Per policy, next to its default-knob run: the GPU-hours it needs for 99 % and 95 % attainment (read off
+its frontier with ``--frontier``; otherwise its one run counts if it reaches the level), its best
+attainment, and its GPU-hours as a ratio to the clairvoyant oracle (the limit that pays startup).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from planner_sim.bench import BenchConfig, PolicyRun, TracePrep
+from planner_sim.bench import CLAIRVOYANT, BenchConfig, PolicyRun, TracePrep
+from planner_sim.frontier import KNOBS, Point, family, gpu_hours_at, max_attainment
 
 
-def _num(x: float, digits: int = 1) -> float | None:
-    return round(x, digits) if math.isfinite(x) else None
+def _num(x: float | None, digits: int = 1) -> float | None:
+    return round(x, digits) if x is not None and math.isfinite(x) else None
+
+
+def _default_knob(policy: str) -> float:
+    from planner_core.policy import PolicyConfig
+
+    return PolicyConfig().target_attainment if family(policy) == "combined" else 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyRow:
+    """One policy on one trace: its default-knob run and its frontier."""
+
+    policy: str
+    run: PolicyRun
+    points: list[PolicyRun]
+
+    def frontier(self) -> list[Point]:
+        return [Point(r.gpu_hours, r.summary.sla_attainment_pct, r.knob) for r in self.points]
+
+    def at(self, pct: float) -> float | None:
+        return gpu_hours_at(self.frontier(), pct)
+
+    def max_attainment(self) -> float:
+        return max_attainment(self.frontier())
+
+
+def policy_rows(trace: str, runs: Sequence[PolicyRun]) -> list[PolicyRow]:
+    """Per policy of ``trace`` (in run order, the clairvoyant replay apart): its default run and points."""
+    groups: dict[str, list[PolicyRun]] = {}
+    for r in runs:
+        if r.trace == trace and r.policy != CLAIRVOYANT:
+            groups.setdefault(r.policy, []).append(r)
+    rows = []
+    for pol, pts in groups.items():
+        default = _default_knob(pol)
+        run = min(pts, key=lambda r: 0.0 if r.knob is None else abs(r.knob - default))
+        rows.append(PolicyRow(policy=pol, run=run, points=pts))
+    return rows
+
+
+def clairvoyant_run(trace: str, runs: Sequence[PolicyRun]) -> PolicyRun | None:
+    return next((r for r in runs if r.trace == trace and r.policy == CLAIRVOYANT), None)
+
+
+def _ratio(x: float | None, ref: float) -> float | None:
+    return x / ref if x is not None and ref > 0 else None
 
 
 def to_json(cfg: BenchConfig, preps: Sequence[TracePrep], runs: Sequence[PolicyRun]) -> dict[str, Any]:
@@ -21,14 +75,17 @@ def to_json(cfg: BenchConfig, preps: Sequence[TracePrep], runs: Sequence[PolicyR
     traces = []
     for p in preps:
         orc = p.oracle
+        clv = p.clairvoyant.gpu_hours
         rows = []
-        for r in runs:
-            if r.trace != p.name:
-                continue
+        for row in policy_rows(p.name, runs):
+            r = row.run
             s = r.summary
+            at99, at95 = row.at(99.0), row.at(95.0)
             rows.append(
                 {
                     "policy": r.policy,
+                    "knob": r.knob,
+                    "knob_name": KNOBS[family(r.policy)][0],
                     "sla_attainment_pct": _num(s.sla_attainment_pct, 2),
                     "ttft_attainment_pct": _num(s.ttft_attainment_pct, 2),
                     "itl_attainment_pct": _num(s.itl_attainment_pct, 2),
@@ -40,6 +97,21 @@ def to_json(cfg: BenchConfig, preps: Sequence[TracePrep], runs: Sequence[PolicyR
                     "starting_gpu_hours": _num(r.starting_gpu_hours, 3),
                     "draining_gpu_hours": _num(r.draining_gpu_hours, 3),
                     "ratio_to_oracle": _num(r.gpu_hours / orc.gpu_hours, 3) if orc.gpu_hours > 0 else None,
+                    "ratio_to_clairvoyant": _num(_ratio(r.gpu_hours, clv), 3),
+                    "gpu_hours_at_99_pct": _num(at99, 3),
+                    "gpu_hours_at_95_pct": _num(at95, 3),
+                    "ratio_at_99_pct_to_clairvoyant": _num(_ratio(at99, clv), 3),
+                    "ratio_at_95_pct_to_clairvoyant": _num(_ratio(at95, clv), 3),
+                    "max_attainment_pct": _num(row.max_attainment(), 2),
+                    "infeasible_requests": s.infeasible_requests,
+                    "frontier": [
+                        {
+                            "knob": q.knob,
+                            "gpu_hours": _num(q.gpu_hours, 3),
+                            "sla_attainment_pct": _num(q.summary.sla_attainment_pct, 2),
+                        }
+                        for q in sorted(row.points, key=lambda q: q.gpu_hours)
+                    ],
                     "scaling_actions": r.actions,
                     "workers_created": r.workers_created,
                     "requests": s.requests,
@@ -48,18 +120,28 @@ def to_json(cfg: BenchConfig, preps: Sequence[TracePrep], runs: Sequence[PolicyR
                     "sim_s_per_wall_s": _num(r.sim_speed, 0),
                 }
             )
+        crun = clairvoyant_run(p.name, runs)
         traces.append(
             {
                 "trace": p.name,
                 "path": p.path,
                 "rate_scale": _num(p.rate_scale, 3),
                 "requests": len(p.requests),
+                "infeasible_requests": p.infeasible_requests,
                 "horizon_s": _num(p.horizon_s, 1),
                 "oracle": {
                     "gpu_hours": _num(orc.gpu_hours, 3),
                     "interval_s": orc.interval_s,
                     "peak": orc.static_peak(),
+                    "peak_gpus": p.peak_gpus,
                     "average": orc.static_average(),
+                },
+                "clairvoyant": {
+                    "gpu_hours": _num(clv, 3),
+                    "startup_s": p.clairvoyant.startup_s,
+                    "start": p.clairvoyant.initial(),
+                    "replay_sla_attainment_pct": _num(crun.summary.sla_attainment_pct, 2) if crun else None,
+                    "replay_gpu_hours": _num(crun.gpu_hours, 3) if crun else None,
                 },
                 "policies": rows,
             }
@@ -67,41 +149,106 @@ def to_json(cfg: BenchConfig, preps: Sequence[TracePrep], runs: Sequence[PolicyR
     return {"settings": settings, "traces": traces}
 
 
-def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun]) -> None:
+def _fmt(x: float | None, spec: str = ".2f", none: str = "-") -> str:
+    return none if x is None or not math.isfinite(x) else format(x, spec)
+
+
+def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun], frontier: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
     for p in preps:
         orc = p.oracle
+        clv = p.clairvoyant.gpu_hours
+        crun = clairvoyant_run(p.name, runs)
         t = Table(
-            title=f"{p.name}: {len(p.requests)} requests, rate x{p.rate_scale:.2f}, "
-            f"oracle {orc.gpu_hours:.2f} GPU-h (peak {orc.static_peak()})"
+            title=f"{p.name}: {len(p.requests)} requests ({p.infeasible_requests} infeasible, not counted), "
+            f"rate x{p.rate_scale:.2f}, oracle peak {p.peak_gpus} GPUs {orc.static_peak()}; "
+            f"oracle {orc.gpu_hours:.2f} GPU-h, clairvoyant {clv:.2f} GPU-h "
+            f"(startup {p.clairvoyant.startup_s:g} s)"
         )
-        for col in ("policy", "SLA %", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99"):
-            t.add_column(col, justify="right" if col != "policy" else "left")
-        for col in ("GPU-h", "x oracle", "actions", "sim s/s"):
-            t.add_column(col, justify="right")
-        t.add_row("oracle", "", "", "", "", "", f"{orc.gpu_hours:.2f}", "1.00", "", "")
-        for r in runs:
-            if r.trace != p.name:
-                continue
+        cols = ["policy", "knob", "SLA %", "TTFT p50", "TTFT p99", "ITL p99", "GPU-h", "x clairv."]
+        cols += ["GPU-h @99%", "x clairv. @99%", "GPU-h @95%", "best SLA %", "actions"]
+        for col in cols:
+            t.add_column(col, justify="left" if col == "policy" else "right")
+        t.add_row(
+            "oracle (instant)", "", "", "", "", "", f"{orc.gpu_hours:.2f}", _fmt(_ratio(orc.gpu_hours, clv))
+        )
+        if crun is not None:
+            t.add_row(
+                "clairvoyant (pays startup)",
+                "",
+                f"{crun.summary.sla_attainment_pct:.1f}",
+                f"{crun.summary.ttft_p50_ms:.0f}",
+                f"{crun.summary.ttft_p99_ms:.0f}",
+                f"{crun.summary.itl_p99_ms:.1f}",
+                f"{clv:.2f}",
+                "1.00",
+            )
+        for row in policy_rows(p.name, runs):
+            r = row.run
             s = r.summary
-            ratio = r.gpu_hours / orc.gpu_hours if orc.gpu_hours > 0 else math.nan
+            at99, at95 = row.at(99.0), row.at(95.0)
+            best = row.max_attainment()
             t.add_row(
                 r.policy,
+                _fmt(r.knob, "g"),
                 f"{s.sla_attainment_pct:.1f}",
                 f"{s.ttft_p50_ms:.0f}",
                 f"{s.ttft_p99_ms:.0f}",
-                f"{s.itl_p50_ms:.1f}",
                 f"{s.itl_p99_ms:.1f}",
                 f"{r.gpu_hours:.2f}",
-                f"{ratio:.2f}",
+                _fmt(_ratio(r.gpu_hours, clv)),
+                _fmt(at99, ".2f", "never"),
+                _fmt(_ratio(at99, clv)),
+                _fmt(at95, ".2f", "never"),
+                f"{best:.1f}",
                 str(r.actions),
-                f"{r.sim_speed:.0f}",
             )
         console.print(t)
-    console.print("latencies in ms; SLA % = requests meeting both TTFT and ITL targets")
+    console.print(
+        "latencies in ms; SLA % = feasible requests meeting both TTFT and ITL targets; x clairv. = GPU-hours "
+        "/ the clairvoyant oracle's; @99% / @95%: GPU-hours to reach that attainment"
+        + (
+            " on the policy's knob frontier (knob column: its default point)"
+            if frontier
+            else " (its one run)"
+        )
+    )
+
+
+def plot_frontier(path: str, preps: Sequence[TracePrep], runs: Sequence[PolicyRun]) -> None:
+    """Attainment vs GPU-hours per policy (its knob sweep), one panel per trace, with both limits."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(preps), figsize=(7 * len(preps), 5), squeeze=False)
+    for j, p in enumerate(preps):
+        ax = axes[0][j]
+        for row in policy_rows(p.name, runs):
+            pts = sorted(row.points, key=lambda q: q.gpu_hours)
+            ax.plot(
+                [q.gpu_hours for q in pts],
+                [q.summary.sla_attainment_pct for q in pts],
+                marker="o",
+                markersize=4,
+                label=row.policy,
+            )
+        ax.axvline(p.oracle.gpu_hours, color="k", linestyle=":", label="oracle (instant)")
+        ax.axvline(p.clairvoyant.gpu_hours, color="k", linestyle="--", label="clairvoyant (pays startup)")
+        for lvl in (95.0, 99.0):
+            ax.axhline(lvl, color="grey", linewidth=0.6)
+        ax.set_xlabel("GPU-hours")
+        ax.set_ylabel("SLA attainment %")
+        ax.set_title(f"{p.name} (startup {p.clairvoyant.startup_s:g} s)")
+        ax.set_ylim(max(0.0, min(ax.get_ylim()[0], 80.0)), 100.5)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def plot(path: str, preps: Sequence[TracePrep], runs: Sequence[PolicyRun]) -> None:
@@ -124,7 +271,7 @@ def plot(path: str, preps: Sequence[TracePrep], runs: Sequence[PolicyRun]) -> No
         gpus = orc.prefill * orc.gpus_per_prefill + orc.decode * orc.gpus_per_decode
         gpu_ax.step(starts, gpus, where="post", color="k", linestyle="--", label="oracle")
         for r in runs:
-            if r.trace == p.name and r.timeline_s:
+            if r.trace == p.name and r.timeline_s and r.knob is None:
                 gpu_ax.step(np.array(r.timeline_s) / 60, r.timeline_gpus, where="post", label=r.policy)
         gpu_ax.set_ylabel("GPUs held")
         gpu_ax.set_xlabel("minutes")

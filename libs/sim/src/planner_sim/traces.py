@@ -1,9 +1,14 @@
 """Trace readers: Azure LLM inference CSV, Mooncake JSONL, and synthetic shapes.
 
 A trace is a list of :class:`TraceRequest` sorted by arrival time, with arrival times in seconds from
-the first request. Readers report a malformed line with its file and line number, and either skip it
-(``on_error="skip"``, the bad lines are returned in ``TraceReadResult.errors``) or stop
-(``on_error="raise"``).
+the first request. Readers report a malformed line (a NaN, negative or zero length, a bad or NaN
+timestamp, a timestamp earlier than the line before: the file must be sorted) with its file and line
+number, and either skip it (``on_error="skip"``, the bad lines are returned in
+``TraceReadResult.errors``) or stop (``on_error="raise"``, what the bench uses: a trace it replays
+must be clean).
+
+:func:`jitter_arrivals` spreads arrivals inside quantised timestamps (traces stamped in 1-3 s steps
+otherwise arrive as bursts).
 """
 
 from __future__ import annotations
@@ -50,7 +55,16 @@ class TraceReadResult:
 
 
 def _positive_int(value: object, name: str) -> int:
-    n = int(str(value).strip())
+    text = str(value).strip()
+    try:
+        x = float(text)
+    except ValueError:
+        raise ValueError(f"{name} is not a number: {text!r}") from None
+    if not math.isfinite(x):
+        raise ValueError(f"{name} is not finite: {text!r}")
+    if x != int(x):
+        raise ValueError(f"{name} is not a whole number: {text!r}")
+    n = int(x)
     if n <= 0:
         raise ValueError(f"{name} must be > 0, got {n}")
     return n
@@ -64,8 +78,21 @@ def _parse_azure_time(text: str) -> float:
     return base + (float("0." + frac) if dot and frac else 0.0)
 
 
+class _Order:
+    """Timestamps must not go backwards: a line earlier than the last accepted one is an error."""
+
+    def __init__(self) -> None:
+        self.last = -math.inf
+
+    def check(self, t: float) -> None:
+        if t < self.last:
+            raise ValueError(
+                f"timestamp {t:.6f} is earlier than the line before ({self.last:.6f}): unsorted trace"
+            )
+        self.last = t
+
+
 def _finish(raw: list[tuple[float, TraceRequest]], errors: list[TraceError], path: str) -> TraceReadResult:
-    raw.sort(key=lambda item: item[0])
     if not raw:
         return TraceReadResult([], errors, path)
     t0 = raw[0][0]
@@ -87,6 +114,7 @@ def read_azure_csv(path: str | Path, on_error: OnError = "skip") -> TraceReadRes
             "GeneratedTokens",
         ]:
             raise TraceError(p, 1, f"not an Azure trace header: {header!r}")
+        order = _Order()
         for row in reader:
             line = reader.line_num
             try:
@@ -96,6 +124,7 @@ def read_azure_csv(path: str | Path, on_error: OnError = "skip") -> TraceReadRes
                 req = TraceRequest(
                     0.0, _positive_int(row[1], "ContextTokens"), _positive_int(row[2], "GeneratedTokens")
                 )
+                order.check(t)
                 raw.append((t, req))
             except ValueError as exc:
                 err = TraceError(p, line, str(exc))
@@ -111,6 +140,7 @@ def read_mooncake_jsonl(path: str | Path, on_error: OnError = "skip") -> TraceRe
     p = str(path)
     raw: list[tuple[float, TraceRequest]] = []
     errors: list[TraceError] = []
+    order = _Order()
     with open(path) as fh:
         for line_no, line in enumerate(fh, start=1):
             if not line.strip():
@@ -121,7 +151,7 @@ def read_mooncake_jsonl(path: str | Path, on_error: OnError = "skip") -> TraceRe
                     raise ValueError("line is not a JSON object")
                 ts = float(obj["timestamp"]) / 1000.0
                 if not math.isfinite(ts) or ts < 0:
-                    raise ValueError(f"bad timestamp {obj['timestamp']!r}")
+                    raise ValueError(f"bad timestamp {obj['timestamp']!r} (must be a finite number >= 0)")
                 hashes = tuple(int(h) for h in obj.get("hash_ids", ()))
                 req = TraceRequest(
                     0.0,
@@ -129,6 +159,7 @@ def read_mooncake_jsonl(path: str | Path, on_error: OnError = "skip") -> TraceRe
                     _positive_int(obj["output_length"], "output_length"),
                     hashes,
                 )
+                order.check(ts)
                 raw.append((ts, req))
             except (ValueError, KeyError, TypeError) as exc:
                 detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
@@ -147,6 +178,23 @@ def read_trace(path: str | Path, on_error: OnError = "skip") -> TraceReadResult:
     if suffix in (".jsonl", ".json"):
         return read_mooncake_jsonl(path, on_error)
     raise ValueError(f"{path}: unknown trace format {suffix!r} (expected .csv or .jsonl)")
+
+
+def jitter_arrivals(requests: Sequence[TraceRequest], jitter_s: float, seed: int = 0) -> list[TraceRequest]:
+    """Spread each arrival uniformly over ``[t, t + jitter_s)`` (seeded) and re-sort: a trace whose
+    timestamps are quantised to ``jitter_s`` steps gets arrivals spread inside each step instead of a
+    burst at its start. ``jitter_s`` = 0 returns the trace unchanged."""
+    if not (math.isfinite(jitter_s) and jitter_s >= 0):
+        raise ValueError(f"jitter_s: must be a finite number >= 0, got {jitter_s}")
+    if jitter_s == 0 or not requests:
+        return list(requests)
+    offsets = np.random.default_rng(seed).random(len(requests)) * jitter_s
+    out = [
+        TraceRequest(r.arrival_s + float(d), r.input_tokens, r.output_tokens, r.hash_ids)
+        for r, d in zip(requests, offsets, strict=True)
+    ]
+    out.sort(key=lambda r: r.arrival_s)
+    return out
 
 
 def scale_trace(

@@ -1,0 +1,86 @@
+"""The frontier: each policy's main aggressiveness knob swept, and the GPU-hours it needs per attainment.
+
+Knobs (5-9 points each, the default among them where there is one):
+
+- ``static``: the fleet size, as a multiple of the oracle's time-averaged need per component (1.0 is
+  ``static-average``), up to past the oracle's peak fleet;
+- ``threshold``: a factor on its four thresholds (KV up/down, prefill queue up/down; below 1 scales up
+  sooner and down later);
+- ``sla`` and ``load`` (the reference's modes): a factor on the TTFT and ITL targets they are given
+  (below 1 they aim under the SLA, i.e. hold headroom); the SLA they are judged on does not move;
+- ``combined`` (ours, and ``combined[MODEL]``): ``PolicyConfig.target_attainment``.
+
+A frontier is the set of (GPU-hours, attainment) points. :func:`gpu_hours_at` reads the GPU-hours
+needed for an attainment off it: the cheapest point that reaches it, or the linear interpolation between
+the dearest point below it and the cheapest point reaching it on the upper envelope (points sorted by
+GPU-hours, each kept only if it beats every cheaper one). ``None`` when no point reaches it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+KNOBS: dict[str, tuple[str, tuple[float, ...]]] = {
+    "static": ("fleet x average need", (0.8, 1.0, 1.2, 1.4, 1.7, 2.0, 2.5)),
+    "threshold": ("threshold factor", (0.2, 0.35, 0.5, 0.7, 1.0)),
+    "sla": ("SLA target factor", (0.25, 0.4, 0.6, 0.8, 1.0, 1.5)),
+    "load": ("SLA target factor", (0.25, 0.4, 0.6, 0.8, 1.0, 1.5)),
+    "combined": ("target attainment", (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999)),
+}
+"""Per policy family: the knob's name and its sweep."""
+
+
+def family(policy: str) -> str:
+    """The knob family of a policy name (``static-peak`` -> ``static``, ``combined[x]`` -> ``combined``)."""
+    if policy.startswith("static"):
+        return "static"
+    if policy.startswith("combined"):
+        return "combined"
+    return policy
+
+
+def frontier_policies(policies: Sequence[str]) -> list[str]:
+    """The policies a frontier sweeps: the static fleets become one ``static`` sweep."""
+    out: list[str] = []
+    for p in policies:
+        name = "static" if family(p) == "static" else p
+        if name not in out:
+            out.append(name)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    gpu_hours: float
+    attainment_pct: float
+    knob: float | None = None
+
+
+def envelope(points: Sequence[Point]) -> list[Point]:
+    """Points sorted by GPU-hours, each kept only if its attainment beats every cheaper point's."""
+    out: list[Point] = []
+    for p in sorted(points, key=lambda q: (q.gpu_hours, -q.attainment_pct)):
+        if not (math.isfinite(p.gpu_hours) and math.isfinite(p.attainment_pct)):
+            continue
+        if not out or p.attainment_pct > out[-1].attainment_pct:
+            out.append(p)
+    return out
+
+
+def gpu_hours_at(points: Sequence[Point], target_pct: float) -> float | None:
+    """GPU-hours needed to reach ``target_pct`` attainment, interpolated on the frontier; None if never."""
+    env = envelope(points)
+    for i, p in enumerate(env):
+        if p.attainment_pct >= target_pct:
+            if i == 0:
+                return p.gpu_hours
+            q = env[i - 1]
+            f = (target_pct - q.attainment_pct) / (p.attainment_pct - q.attainment_pct)
+            return q.gpu_hours + f * (p.gpu_hours - q.gpu_hours)
+    return None
+
+
+def max_attainment(points: Sequence[Point]) -> float:
+    return max((p.attainment_pct for p in points if math.isfinite(p.attainment_pct)), default=math.nan)

@@ -1,0 +1,161 @@
+"""Named bench scenarios, and the generated trace sources they use.
+
+A scenario is a trace (a file, or a generated source) with its own SLA and its own rate: a run names it
+(``planner bench --scenario sinusoid``) instead of spelling out each setting.
+
+Generated sources are strings ``KIND:key=value,key=value`` (the bench's ``--trace`` takes them too):
+
+- ``servegen:dir=DIR,days=1,start_day=0,mean_rps=4,lengths=PATH``: sampled from ServeGen window
+  statistics (:mod:`planner_sim.servegen`);
+- ``sinusoid:min_rps=1,max_rps=24,period_s=900,isl=8000,osl=1000,duration_s=3600``: Poisson arrivals
+  whose rate follows a sinusoid between the two rates.
+
+Relative paths (``DIR``, ``PATH``) are resolved against the data directory (``../shared/data``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner_sim.traces import TraceRequest, synthetic
+
+DATA = "../shared/data"
+AZURE_CONV = f"{DATA}/traces/AzureLLMInferenceTrace_conv.csv"
+AZURE_CODE = f"{DATA}/traces/AzureLLMInferenceTrace_code.csv"
+SERVEGEN_SMALL = f"{DATA}/traces/servegen/language/m-small"
+
+STARTUP_SWEEP_S = (0.0, 30.0, 60.0, 120.0, 180.0, 300.0)
+"""The startup delays of ``--startup-sweep`` (the reference collapses at 100-120 s)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    name: str
+    source: str
+    ttft_ms: float
+    itl_ms: float
+    peak_gpus: float | None
+    """Rate-scale the trace to this oracle peak; None: the source's own rate."""
+    duration_s: float | None = None
+    description: str = ""
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            name="azure-conv",
+            source=AZURE_CONV,
+            ttft_ms=500.0,
+            itl_ms=50.0,
+            peak_gpus=8.0,
+            description="Azure LLM inference 2023, conversation, 1 h",
+        ),
+        Scenario(
+            name="azure-code",
+            source=AZURE_CODE,
+            ttft_ms=500.0,
+            itl_ms=50.0,
+            peak_gpus=8.0,
+            description="Azure LLM inference 2023, code (very bursty), 1 h",
+        ),
+        Scenario(
+            name="servegen-day",
+            source=f"servegen:dir={SERVEGEN_SMALL},days=1,start_day=0,mean_rps=4,lengths={AZURE_CONV}",
+            ttft_ms=500.0,
+            itl_ms=50.0,
+            peak_gpus=8.0,
+            description="ServeGen m-small, 24 h diurnal day, Azure conv lengths",
+        ),
+        Scenario(
+            name="servegen-week",
+            source=f"servegen:dir={SERVEGEN_SMALL},days=7,start_day=0,mean_rps=4,lengths={AZURE_CONV}",
+            ttft_ms=500.0,
+            itl_ms=50.0,
+            peak_gpus=8.0,
+            description="ServeGen m-small, 7 days, Azure conv lengths",
+        ),
+        Scenario(
+            name="sinusoid",
+            source="sinusoid:min_rps=1,max_rps=24,period_s=900,isl=8000,osl=1000,duration_s=3600",
+            ttft_ms=3000.0,
+            itl_ms=35.0,
+            peak_gpus=None,
+            description="the reference planner's known failure: 1 <-> 24 req/s, period 900 s, ISL 8000 / OSL 1000",
+        ),
+    )
+}
+
+
+def scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r}; valid: {', '.join(SCENARIOS)}") from None
+
+
+_KINDS = ("servegen", "sinusoid")
+
+
+def is_generated(source: str) -> bool:
+    kind, sep, _ = source.partition(":")
+    return bool(sep) and kind in _KINDS
+
+
+def _params(source: str) -> tuple[str, dict[str, str]]:
+    kind, _, rest = source.partition(":")
+    out: dict[str, str] = {}
+    for item in rest.split(","):
+        if not item.strip():
+            continue
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ValueError(f"{source}: expected key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return kind, out
+
+
+def _path(p: str) -> Path:
+    return Path(p)
+
+
+def _take(params: dict[str, str], key: str, default: float, source: str) -> float:
+    text = params.pop(key, None)
+    if text is None:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{source}: {key} must be a number, got {text!r}") from None
+
+
+def load_generated(source: str, seed: int = 0) -> tuple[str, list[TraceRequest]]:
+    """(name, requests) of a generated source."""
+    kind, params = _params(source)
+    if kind == "servegen":
+        from planner_sim.servegen import sample_servegen
+
+        directory = params.pop("dir", SERVEGEN_SMALL)
+        lengths = params.pop("lengths", AZURE_CONV)
+        days = _take(params, "days", 1.0, source)
+        start_day = _take(params, "start_day", 0.0, source)
+        mean_rps = _take(params, "mean_rps", 4.0, source)
+        if params:
+            raise ValueError(f"{source}: unknown keys {sorted(params)}")
+        reqs = sample_servegen(
+            _path(directory), mean_rps=mean_rps, days=days, start_day=start_day, lengths=lengths, seed=seed
+        )
+        return f"servegen-{Path(directory).name}-{days:g}d", reqs
+    if kind == "sinusoid":
+        lo = _take(params, "min_rps", 1.0, source)
+        hi = _take(params, "max_rps", 24.0, source)
+        period = _take(params, "period_s", 900.0, source)
+        isl = int(_take(params, "isl", 8000, source))
+        osl = int(_take(params, "osl", 1000, source))
+        duration = _take(params, "duration_s", 3600.0, source)
+        if params:
+            raise ValueError(f"{source}: unknown keys {sorted(params)}")
+        reqs = synthetic("sinusoid", duration, lo, isl, osl, peak_rate_per_s=hi, period_s=period, seed=seed)
+        return f"sinusoid-{lo:g}-{hi:g}", reqs
+    raise ValueError(f"{source}: unknown generated source kind {kind!r} (valid: {', '.join(_KINDS)})")
