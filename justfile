@@ -99,6 +99,10 @@ bench-scale *args: setup
 bench *args: setup
     uv run planner bench --jobs 2 "$@"
 
+# each policy's knob swept on the named scenarios: GPU-hours at 99 % / 95 % attainment vs the clairvoyant oracle
+bench-frontier *args: setup
+    uv run planner bench --frontier --jobs 2 --scenario azure-conv --scenario azure-code --scenario servegen-day --scenario sinusoid --plot out/bench-frontier.png "$@"
+
 # kill -9 each service (and nats-server) during a demo run and check the invariants
 chaos *args: setup
     uv run planner chaos "$@"

@@ -30,7 +30,7 @@ def _write_jsonl(path: Path, reqs: list[TraceRequest]) -> None:
 
 @pytest.fixture(scope="module")
 def bench_json(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> dict[str, object]:
-    reqs = synthetic("step", 360.0, 2.0, 1000, 150, peak_rate_per_s=6.0, length_jitter=0.4, seed=3)
+    reqs = synthetic("step", 120.0, 4.0, 1000, 100, peak_rate_per_s=12.0, length_jitter=0.4, seed=3)
     path = tmp_path_factory.mktemp("bench") / "step.jsonl"
     _write_jsonl(path, reqs)
     out = tmp_path_factory.mktemp("out") / "stdout.json"
@@ -44,7 +44,7 @@ def bench_json(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> d
                 "bench",
                 "--trace", str(path),
                 "--profile", str(shared_data / "dynamo"),
-                "--peak-gpus", "5",
+                "--peak-gpus", "0",
                 "--startup-s", "30",
                 "--forecasters", "kalman",
                 "--json",
@@ -64,6 +64,20 @@ def test_bench_json_lists_every_policy(bench_json: dict[str, object]) -> None:
     for p in traces[0]["policies"]:
         assert p["finished"] == p["requests"] == traces[0]["requests"]
         assert 0.0 <= p["sla_attainment_pct"] <= 100.0
+
+
+def test_bench_json_new_fields(bench_json: dict[str, object]) -> None:
+    t = bench_json["traces"][0]  # type: ignore[index]
+    clv = t["clairvoyant"]["gpu_hours"]
+    assert clv >= t["oracle"]["gpu_hours"]
+    assert t["infeasible_requests"] >= 0
+    for p in t["policies"]:
+        assert p["ratio_to_clairvoyant"] == pytest.approx(p["gpu_hours"] / clv, rel=0.01)
+        reached = p["sla_attainment_pct"] >= 99.0
+        assert (p["gpu_hours_at_99_pct"] is not None) == reached
+        if reached:
+            assert p["gpu_hours_at_99_pct"] == pytest.approx(p["gpu_hours"], abs=1e-3)
+        assert p["max_attainment_pct"] == pytest.approx(p["sla_attainment_pct"], abs=0.01)
 
 
 def test_oracle_is_below_every_policy_that_meets_the_sla(bench_json: dict[str, object]) -> None:
@@ -89,3 +103,40 @@ def test_decode_rate_meets_itl() -> None:
     # TIMING decode pass = 5 ms + 0.1 ms/request: at most 450 requests in 50 ms, capped by max_num_seqs 64
     rate = decode_rate_tok_per_s(settings(), 50.0, 1000.0)
     assert rate == pytest.approx(64 / (TIMING.decode_ms(64, 64000) / 1e3))
+
+
+def test_bench_frontier_and_calibrated_peak(
+    tmp_path: Path, shared_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--frontier sweeps each knob, --peak-gpus lands the oracle's peak on N, --plot draws the chart."""
+    reqs = synthetic("step", 90.0, 1.0, 800, 40, peak_rate_per_s=3.0, length_jitter=0.3, seed=5)
+    path = tmp_path / "step.jsonl"
+    _write_jsonl(path, reqs)
+    png = tmp_path / "frontier.png"
+    args = ["bench", "--trace", str(path), "--profile", str(shared_data / "dynamo"), "--startup-s", "30"]
+    args += ["--policies", "static-average", "--frontier", "--peak-gpus", "3", "--json"]
+    args += ["--ttft-ms-per-1k-isl", "20", "--jitter-s", "1", "--plot", str(png)]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    t = data["traces"][0]
+    assert abs(t["oracle"]["peak_gpus"] - 3) <= 1
+    assert t["rate_scale"] > 1.0
+    rows = {p["policy"]: p for p in t["policies"]}
+    assert set(rows) == {"static"}
+    assert len(rows["static"]["frontier"]) == 7
+    static = rows["static"]
+    # more fleet, more GPU-hours; the biggest static fleet meets the SLA
+    gh = [q["gpu_hours"] for q in static["frontier"]]
+    assert gh == sorted(gh)
+    assert static["max_attainment_pct"] >= 99.0 and static["gpu_hours_at_99_pct"] is not None
+    assert static["gpu_hours_at_99_pct"] >= t["clairvoyant"]["gpu_hours"] * 0.9
+    assert png.stat().st_size > 10_000
+
+
+def test_bench_bad_trace_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        '{"timestamp": 0, "input_length": 5, "output_length": 5}\n{"timestamp": "nan", "input_length": 5, "output_length": 5}\n'
+    )
+    assert main(["bench", "--trace", str(path), "--json"]) == 2
+    assert f"{path}:2: bad timestamp" in capsys.readouterr().err

@@ -1,0 +1,56 @@
+"""Frontier reading: GPU-hours at an attainment level, interpolated on the upper envelope."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner_sim.frontier import KNOBS, Point, envelope, frontier_policies, gpu_hours_at, max_attainment
+
+
+def pts(*xy: tuple[float, float]) -> list[Point]:
+    return [Point(g, a) for g, a in xy]
+
+
+@pytest.mark.parametrize(
+    ("points", "target", "expected"),
+    [
+        # interpolated between the dearest point below and the cheapest reaching it
+        (pts((10, 90), (12, 98), (14, 100)), 99.0, 13.0),
+        (pts((10, 90), (12, 98), (14, 100)), 95.0, 10 + 2 * 5 / 8),
+        # the cheapest point already reaches it: no extrapolation below the sweep
+        (pts((10, 99.5), (12, 99.9)), 99.0, 10.0),
+        # exactly on a point
+        (pts((10, 90), (12, 99), (14, 100)), 99.0, 12.0),
+        # a dearer point that does worse is not on the frontier
+        (pts((10, 90), (11, 99.5), (13, 96), (15, 100)), 99.0, 10 + 9 / 9.5),
+        # order of the points does not matter
+        (pts((14, 100), (10, 90), (12, 98)), 99.0, 13.0),
+        # never reached
+        (pts((10, 90), (12, 98), (14, 98.9)), 99.0, None),
+        ([], 99.0, None),
+    ],
+)
+def test_gpu_hours_at(points: list[Point], target: float, expected: float | None) -> None:
+    got = gpu_hours_at(points, target)
+    if expected is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(expected)
+
+
+def test_envelope_is_increasing_in_both() -> None:
+    env = envelope(pts((15, 100), (13, 96), (11, 99.5), (10, 90), (12, 99.5)))
+    assert [(p.gpu_hours, p.attainment_pct) for p in env] == [(10, 90), (11, 99.5), (15, 100)]
+
+
+def test_max_attainment_and_knobs() -> None:
+    assert max_attainment(pts((10, 90), (13, 96))) == 96
+    for name, (_, sweep) in KNOBS.items():
+        assert 5 <= len(sweep) <= 9, name
+        assert list(sweep) == sorted(sweep), name
+    assert 0.99 in KNOBS["combined"][1] and 1.0 in KNOBS["sla"][1]
+    assert frontier_policies(["static-peak", "static-average", "sla", "combined[kalman]"]) == [
+        "static",
+        "sla",
+        "combined[kalman]",
+    ]
