@@ -18,7 +18,13 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType, StreamConfig
-from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundError, NotFoundError
+from nats.js.errors import (
+    BadRequestError,
+    BucketNotFoundError,
+    KeyNotFoundError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
 from nats.js.kv import KeyValue
 from prometheus_client import CollectorRegistry, Counter
 
@@ -254,11 +260,15 @@ class Bus:
             storage=StorageType.FILE,
             num_replicas=self.replicas,
         )
-        try:
-            await self.js.stream_info(name)
-            await self.js.update_stream(cfg)
-        except NotFoundError:
-            await self.js.add_stream(cfg)
+
+        async def once() -> None:
+            try:
+                await self.js.stream_info(name)
+                await self.js.update_stream(cfg)
+            except NotFoundError:
+                await self.js.add_stream(cfg)
+
+        await self._js_retry(once, name)
 
     async def js_publish(self, subject: str, msg: Any, timeout_s: float = 5.0) -> int:
         ack = await self.js.publish(subject, encode(msg), timeout=timeout_s)
@@ -266,16 +276,41 @@ class Bus:
 
     async def kv(self, bucket: str, ttl_s: float | None = None, history: int = 1) -> KeyValue:
         """Bind to ``bucket``, creating it when missing (``ttl_s`` expires keys not refreshed)."""
-        try:
-            return await self.js.key_value(bucket)
-        except (BucketNotFoundError, NotFoundError):
-            cfg = KeyValueConfig(
-                bucket=bucket, history=history, ttl=ttl_s, storage=StorageType.FILE, replicas=self.replicas
-            )
+
+        async def once() -> KeyValue:
             try:
-                return await self.js.create_key_value(cfg)
-            except BadRequestError:  # created by another service in between
                 return await self.js.key_value(bucket)
+            except (BucketNotFoundError, NotFoundError):
+                cfg = KeyValueConfig(
+                    bucket=bucket,
+                    history=history,
+                    ttl=ttl_s,
+                    storage=StorageType.FILE,
+                    replicas=self.replicas,
+                )
+                try:
+                    return await self.js.create_key_value(cfg)
+                except BadRequestError:  # created by another service in between
+                    return await self.js.key_value(bucket)
+
+        return await self._js_retry(once, bucket)
+
+    async def _js_retry(self, call: Callable[[], Awaitable[T]], what: str, total_s: float = 30.0) -> T:
+        """``call()``, again while JetStream does not answer (timeout, no responders, unavailable):
+        in a cluster a stream or bucket is briefly without a leader after a node restart (a raft
+        election), and setup should wait that out rather than fail. Other errors raise at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + total_s
+        delay = 0.2
+        while True:
+            try:
+                return await call()
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, ServiceUnavailableError) as exc:
+                if loop.time() + delay >= deadline:
+                    raise
+                log.warning("jetstream_unavailable", what=what, error=type(exc).__name__, retry_in_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def close(self) -> None:
         """Drain: stop receiving, flush what was published, then close. Never raises: with the
