@@ -140,3 +140,27 @@ def test_bench_bad_trace_is_a_clear_error(tmp_path: Path, capsys: pytest.Capture
     )
     assert main(["bench", "--trace", str(path), "--json"]) == 2
     assert f"{path}:2: bad timestamp" in capsys.readouterr().err
+
+
+def test_bench_startup_sweep(tmp_path: Path, shared_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    reqs = synthetic("step", 120.0, 1.0, 800, 30, peak_rate_per_s=4.0, seed=6)
+    path = tmp_path / "step.jsonl"
+    _write_jsonl(path, reqs)
+    args = ["bench", "--trace", str(path), "--profile", str(shared_data / "dynamo"), "--peak-gpus", "0"]
+    assert main([*args, "--policies", "static-average", "--startup-sweep", "--json"]) == 0
+    traces = json.loads(capsys.readouterr().out)["traces"]
+    assert [t["trace"] for t in traces] == [f"step startup {s}s" for s in (0, 30, 60, 120, 180, 300)]
+    assert [t["settings"]["startup_s"] for t in traces] == [0, 30, 60, 120, 180, 300]
+    clv = [t["clairvoyant"]["gpu_hours"] for t in traces]
+    assert clv == sorted(clv) and clv[0] == pytest.approx(traces[0]["oracle"]["gpu_hours"], abs=1e-3)
+
+
+def test_bench_scenario(shared_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The sinusoid scenario brings its own trace, SLA (3 s / 35 ms) and rate (no rate scaling)."""
+    args = ["bench", "--scenario", "sinusoid", "--duration-s", "60", "--profile", str(shared_data / "dynamo")]
+    assert main([*args, "--policies", "static-peak", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["settings"]["ttft_target_ms"], data["settings"]["itl_target_ms"]) == (3000.0, 35.0)
+    t = data["traces"][0]
+    assert t["trace"] == "sinusoid-1-24" and t["rate_scale"] == 1.0
+    assert 40 <= t["requests"] <= 160  # 1 req/s rising over the first minute

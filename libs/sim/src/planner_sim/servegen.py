@@ -93,7 +93,9 @@ def _renewal(rng: np.random.Generator, rate: float, cv: float, length_s: float) 
     scale = 1.0 / (rate * shape)
     expected = rate * length_s
     out: list[np.ndarray] = []
-    t = rng.random() * rng.gamma(shape, scale)  # a random phase inside the first gap
+    # stationary start: the window opens inside a gap drawn length-biased (a gamma of shape + 1), at a
+    # uniform point of it (otherwise bursty clients, CV >> 1, would start on an arrival and overshoot)
+    t = rng.random() * rng.gamma(shape + 1.0, scale)
     while t < length_s:
         gaps = rng.gamma(shape, scale, size=int(expected * 1.2) + 16)
         times = t + np.concatenate(([0.0], np.cumsum(gaps[:-1])))
