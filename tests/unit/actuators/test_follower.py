@@ -1,0 +1,216 @@
+"""The actuation core's control pass and decision intake against an in-memory backend (no NATS: acks
+are recorded instead of published). The same rules run against real backends in
+tests/integration/actuators/test_conformance.py; these tables pin the edge cases."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from planner_proto import AckStatus, ScalingDecision, Subjects
+from planner_runtime.actuation import (
+    ActuationError,
+    DecisionFollower,
+    NoCapacity,
+    Phase,
+    Seen,
+    WorkerRecord,
+)
+from planner_runtime.actuation.follower import FollowerMetrics
+
+
+class Log:
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **k: logging.getLogger("test").debug("%s %s", a, k)
+
+
+class MemBackend:
+    """Workers in a dict; ``start`` can be made to fail or run out of capacity."""
+
+    def __init__(self, capacity: int = 100) -> None:
+        self.alive: dict[str, Seen] = {}
+        self.draining: set[str] = set()
+        self.capacity = capacity
+        self.fail_start: ActuationError | None = None
+        self.drain_calls = 0
+        self.stuck = False
+        """Drains never end (remove keeps saying the worker is still there)."""
+
+    def components(self) -> Sequence[str]:
+        return ["prefill", "decode"]
+
+    def gpus_per_replica(self, component: str) -> int:
+        return 1
+
+    def admit(self, targets: Mapping[str, int], running: Sequence[WorkerRecord]) -> str:
+        return "too_big" if sum(targets.values()) > 50 else ""
+
+    async def workers(self, known: Mapping[str, WorkerRecord]) -> list[Seen]:
+        return list(self.alive.values())
+
+    def add(self, name: str, comp: str, ready: bool = True, index: int = 0) -> None:
+        self.alive[name] = Seen(name=name, component=comp, ready=ready, index=index)
+
+    async def start(self, component: str, count: int, known: Sequence[WorkerRecord]) -> list[WorkerRecord]:
+        if self.fail_start is not None:
+            raise self.fail_start
+        used = {w.index for w in known if w.component == component}
+        out = []
+        for i in range(1000):
+            if len(out) == count:
+                break
+            if i in used:
+                continue
+            if len(self.alive) >= self.capacity:
+                if out:
+                    break
+                raise NoCapacity("no room")
+            name = f"{component}-{i}"
+            self.add(name, component, ready=True, index=i)
+            out.append(WorkerRecord(name=name, component=component, index=i, started_at_s=time.time()))
+        return out
+
+    async def drain(self, workers: Sequence[WorkerRecord]) -> None:
+        self.drain_calls += 1
+        self.draining |= {w.name for w in workers}
+
+    async def remove(self, worker: WorkerRecord) -> bool:
+        if self.stuck:
+            return False
+        self.alive.pop(worker.name, None)
+        return True
+
+
+class Follower(DecisionFollower):
+    def __init__(self, backend: MemBackend) -> None:
+        super().__init__(
+            backend=backend,
+            subjects=Subjects(ns="t"),
+            actuator="actuator-test",
+            actuator_id="a",
+            ready_timeout_s=60.0,
+            status_every_s=1.0,
+            poll_s=0.1,
+            metrics=FollowerMetrics(CollectorRegistry()),
+            log=Log(),
+        )
+        self.sent: list[tuple[int, str, str]] = []
+
+    async def _ack(self, d: ScalingDecision, status: AckStatus, message: str = "") -> None:
+        self.sent.append((d.decision_id, status.value, message))
+
+
+def decision(i: int, **targets: int) -> ScalingDecision:
+    return ScalingDecision(decision_id=i, issued_at_s=0.0, namespace="t", targets=targets)
+
+
+async def test_scale_up_completes_once_then_down_drains_the_unready_first() -> None:
+    b = MemBackend()
+    f = Follower(b)
+    await f._accept(decision(1, prefill=2))
+    await f._pass()  # starts 2, ready at once -> completed
+    await f._pass()
+    assert f.sent == [(1, "accepted", ""), (1, "completed", "")]
+    b.add("prefill-9", "prefill", ready=False, index=9)  # someone else's, not ready
+    await f._pass()
+    assert f.external_change and f.desired["prefill"] == 3
+    await f._accept(decision(2, prefill=2))
+    await f._pass()
+    assert b.draining == {"prefill-9"}  # the not-ready one goes first
+    assert f.sent[-1] == (2, "accepted", "")  # not complete while it drains
+    await f._pass()  # removed
+    assert f.sent[-1] == (2, "completed", "")
+    assert sorted(f.workers) == ["prefill-0", "prefill-1"]
+
+
+async def test_external_change_fails_only_a_decision_it_touches() -> None:
+    b = MemBackend()
+    f = Follower(b)
+    await f._accept(decision(1, prefill=1, decode=1))
+    await f._pass()
+    await f._pass()
+    await f._accept(decision(2, decode=3))
+    b.add("prefill-5", "prefill", index=5)  # prefill changed by hand: decision 2 is about decode
+    await f._pass()
+    await f._pass()
+    assert (2, "failed", "") not in f.sent and f.sent[-1][:2] == (2, "completed")
+    assert f.desired == {"prefill": 2, "decode": 3}
+
+
+@pytest.mark.parametrize("draining", [True, False])
+async def test_no_capacity_waits_only_while_workers_drain(draining: bool) -> None:
+    b = MemBackend(capacity=2)
+    f = Follower(b)
+    await f._accept(decision(1, prefill=2))
+    await f._pass()
+    if draining:
+        f.workers["prefill-1"] = WorkerRecord(
+            name="prefill-1", component="prefill", index=1, phase=Phase.DRAINING, drain_started_at_s=1.0
+        )
+        b.stuck = True
+    await f._accept(decision(2, prefill=2, decode=1))
+    await f._pass()
+    if draining:
+        assert f.current is not None and f.sent[-1] == (2, "accepted", "")
+    else:
+        assert f.sent[-1] == (2, "failed", "no room") and f.desired["decode"] == 0
+
+
+async def test_permanent_start_error_fails_once_and_settles() -> None:
+    b = MemBackend()
+    b.fail_start = ActuationError("patch prefill=2: 403 Forbidden")
+    f = Follower(b)
+    await f._accept(decision(1, prefill=2))
+    for _ in range(3):
+        await f._guarded_pass()
+    assert f.sent == [(1, "accepted", ""), (1, "failed", "patch prefill=2: 403 Forbidden")]
+    assert f.desired["prefill"] == 0 and f.completed_decision_id == 1
+
+
+async def test_transient_start_error_then_the_worker_appears_is_not_external() -> None:
+    b = MemBackend()
+    b.fail_start = ActuationError("timeout", transient=True)
+    f = Follower(b)
+    await f._accept(decision(1, prefill=1))
+    await f._guarded_pass()
+    assert f.sent == [(1, "accepted", "")] and not f.backend_ok
+    b.fail_start = None
+    b.add("prefill-0", "prefill")  # the add went through after all
+    await f._guarded_pass()
+    assert not f.external_change and f.sent[-1] == (1, "completed", "")
+
+
+async def test_rejected_and_superseded_are_answered_once() -> None:
+    b = MemBackend()
+    f = Follower(b)
+    await f._accept(decision(1, prefill=60))  # admit refuses
+    await f._accept(decision(2, prefill=1))
+    await f._accept(decision(3, prefill=2))  # 2 still in progress: superseded
+    await f._accept(decision(4, bogus=1))
+    await f._pass()
+    assert f.sent == [
+        (1, "failed", "too_big"),
+        (2, "accepted", ""),
+        (2, "superseded", "superseded by decision 3"),
+        (3, "accepted", ""),
+        (3, "superseded", "superseded by decision 4"),
+        (4, "failed", "invalid_component: ['bogus'] are not components (['agg', 'decode', 'prefill'])"),
+    ]
+    assert f.desired == {"prefill": 2}
+
+
+async def test_a_worker_problem_fails_the_current_decision() -> None:
+    b = MemBackend()
+    f = Follower(b)
+    await f._accept(decision(1, prefill=1))
+    await f._pass()
+    await f._accept(decision(2, prefill=1, decode=1))
+    b.alive["prefill-0"] = Seen(name="prefill-0", component="prefill", ready=False, problem="keeps exiting")
+    b.capacity = 1
+    await f._pass()
+    assert (2, "failed", "keeps exiting") in f.sent
