@@ -162,5 +162,5 @@ def test_bench_scenario(shared_data: Path, capsys: pytest.CaptureFixture[str]) -
     data = json.loads(capsys.readouterr().out)
     assert (data["settings"]["ttft_target_ms"], data["settings"]["itl_target_ms"]) == (3000.0, 35.0)
     t = data["traces"][0]
-    assert t["trace"] == "sinusoid-1-24" and t["rate_scale"] == 1.0
+    assert t["trace"] == "sinusoid" and t["rate_scale"] == 1.0
     assert 40 <= t["requests"] <= 160  # 1 req/s rising over the first minute

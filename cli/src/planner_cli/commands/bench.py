@@ -97,7 +97,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _configs(args: argparse.Namespace, policies: list[str]) -> list[BenchConfig]:
+def _configs(args: argparse.Namespace, policies: list[str]) -> list[tuple[str | None, BenchConfig]]:
+    """(scenario name or None, config) per bench run."""
     from dataclasses import replace
 
     from planner_sim.bench import BenchConfig
@@ -120,23 +121,26 @@ def _configs(args: argparse.Namespace, policies: list[str]) -> list[BenchConfig]
         frontier=args.frontier,
         jobs=args.jobs,
     )
-    cfgs = [base]
+    cfgs: list[tuple[str | None, BenchConfig]] = [(None, base)]
     if args.scenario:
         cfgs = []
         for name in args.scenario:
             sc = scenario(name)
             cfgs.append(
-                replace(
-                    base,
-                    traces=(sc.source,),
-                    ttft_target_ms=sc.ttft_ms,
-                    itl_target_ms=sc.itl_ms,
-                    peak_gpus=sc.peak_gpus,
-                    duration_s=args.duration_s if args.duration_s is not None else sc.duration_s,
+                (
+                    name,
+                    replace(
+                        base,
+                        traces=(sc.source,),
+                        ttft_target_ms=sc.ttft_ms,
+                        itl_target_ms=sc.itl_ms,
+                        peak_gpus=sc.peak_gpus,
+                        duration_s=args.duration_s if args.duration_s is not None else sc.duration_s,
+                    ),
                 )
             )
     if args.startup_sweep:
-        cfgs = [replace(c, startup_s=s) for c in cfgs for s in STARTUP_SWEEP_S]
+        cfgs = [(n, replace(c, startup_s=s)) for n, c in cfgs for s in STARTUP_SWEEP_S]
     return cfgs
 
 
@@ -154,10 +158,11 @@ def run(args: argparse.Namespace) -> int:
     all_runs: list[PolicyRun] = []
     try:
         cfgs = _configs(args, policies)
-        for cfg in cfgs:
+        for label, cfg in cfgs:
             preps, runs = run_bench(cfg, progress=None if args.json else default_progress)
-            if len(cfgs) > 1:  # one name per (scenario, startup): the report groups by trace name
-                names = {p.name: f"{p.name} startup {cfg.startup_s:g}s" for p in preps}
+            if label or args.startup_sweep:  # one name per (scenario, startup): the report groups by it
+                suffix = f" startup {cfg.startup_s:g}s" if args.startup_sweep else ""
+                names = {p.name: f"{label or p.name}{suffix}" for p in preps}
                 preps = [replace(p, name=names[p.name]) for p in preps]
                 runs = [replace(r, trace=names[r.trace]) for r in runs]
             if not args.json:
