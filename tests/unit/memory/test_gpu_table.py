@@ -108,3 +108,29 @@ def test_cli_memory_only_and_yaml(
     spec.write_text("name: mine\nmemory_gib: 44\n")
     assert _autotune(["--model", cfg, "--gpu-spec", str(spec), "--tp", "1"]) == 2
     assert "'hbm_gb_s' is missing" in capsys.readouterr().err
+
+
+def test_profile_estimate_gpu_count_and_unknown(
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from planner_cli.commands import profile
+
+    parser = argparse.ArgumentParser()
+    profile.add_arguments(parser)
+    cfg = str(shared_data / "model_configs" / "meta-llama--Llama-3.1-8B.json")
+    args = parser.parse_args(
+        ["--estimate", "--model", cfg, "--gpu", "2x H100 80GB", "--out", str(tmp_path), "--json"]
+    )
+    assert profile.run(args) == 0
+    assert json.loads(capsys.readouterr().out)["tp"] == 2
+    args = parser.parse_args(["--estimate", "--model", cfg, "--gpu", "mystery-9000", "--out", str(tmp_path)])
+    assert profile.run(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown GPU 'mystery-9000'" in err
+    # memory alone is not enough for a performance estimate: one line, exit 2
+    args = parser.parse_args(["--estimate", "--model", cfg, "--gpu", "mystery-9000", "--gpu-memory-gib", "80",
+                              "--out", str(tmp_path)])  # fmt: skip
+    assert profile.run(args) == 2
+    assert "--gpu-spec" in capsys.readouterr().err

@@ -127,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         gpu = resolve_gpu(args.gpu, args.gpu_memory_gib, args.gpu_spec)
+        if gpu.count > 1 and str(args.tp) == "1":
+            tps = [gpu.count]  # "4x H100": one engine over the four GPUs
         summary, prefill, decode = estimate_profile(
             Path(args.model),
             gpu.spec,

@@ -127,7 +127,8 @@ def predict_row(
 def fit(
     rows: Sequence[SiliconRow], models: Callable[[str], ModelConfig], start: ServingParams = ServingParams()
 ) -> dict[str, ServingParams]:
-    """Least squares on log(predicted / measured) of TTFT and TPOT, every row weighted alike."""
+    """Robust least squares (soft L1: the few rows that wait minutes for KV space do not dominate) on
+    log(predicted / measured) of TTFT and TPOT, every row weighted alike."""
     rows = list(rows)
 
     def resid(x: np.ndarray) -> np.ndarray:
@@ -139,8 +140,25 @@ def fit(
             out.append(math.log(tpot / r.tpot_ms))
         return np.array(out)
 
-    sol = least_squares(resid, _x0(start), bounds=(_LO, _HI), x_scale="jac", max_nfev=40)
-    return _to_params(sol.x)
+    present = [i for i, b in enumerate(BACKENDS) if any(r.backend == b for r in rows)]
+    absent = [i for i in range(_NB) if i not in present]
+    # a backend with no rows keeps no parameters of its own: it takes the median of the others
+    free = [i for i in range(len(_LO)) if not any(i in (9 + a, 9 + _NB + a) for a in absent)]
+    x_full = _x0(start)
+
+    def expand(xf: np.ndarray) -> np.ndarray:
+        x = x_full.copy()
+        x[free] = xf
+        for a in absent:
+            x[9 + a] = float(np.median([x[9 + i] for i in present]))
+            x[9 + _NB + a] = float(np.median([x[9 + _NB + i] for i in present]))
+        return x
+
+    sol = least_squares(
+        lambda xf: resid(expand(xf)), x_full[free], bounds=(_LO[free], _HI[free]), x_scale="jac",
+        loss="soft_l1", f_scale=0.5, max_nfev=40,
+    )  # fmt: skip
+    return _to_params(expand(sol.x))
 
 
 def ape_pct(pred: float, ref: float) -> float:
