@@ -18,8 +18,9 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+from planner_core.hardware import gpu_spec
 from planner_core.modelcfg import ModelConfig, load_model_config
-from planner_core.profiling.serving import ServingParams
+from planner_core.profiling.serving import ServingParams, predict_serving
 from planner_core.profiling.silicon import SiliconRow, ape_pct, fit, mape, predict_row, read_rows, usable
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,6 +88,14 @@ def main() -> int:
             if r.system == system:
                 logo[i] = predict_row(r, load, params)
     preds["logo"] = logo
+    # rows where the (fitted) KV cache cannot hold the whole batch: requests wait for whole requests to
+    # finish, and backends differ (TRT-LLM waits, vLLM preempts): the model's weak spot, shown apart
+    gpus = {r.system: gpu_spec(r.system) for r in rows}
+    kv_short = [
+        predict_serving(load(r.model_path), gpus[r.system], r.point, fitted[r.backend]).running
+        < r.point.concurrency
+        for r in rows
+    ]
     elapsed = time.perf_counter() - t0
     result = {
         "rows_used": len(rows),
@@ -97,6 +106,7 @@ def main() -> int:
         "by_tp": table(rows, preds, lambda r: f"tp{r.point.tp}"),
         "by_system_backend_tp": table(rows, preds, lambda r: f"{r.system}/{r.backend}/tp{r.point.tp}"),
         "all": table(rows, preds, lambda r: "all")["all"],
+        "by_kv": table(rows, preds, lambda r: "kv-short" if kv_short[rows.index(r)] else "kv-holds-batch"),
         "fitted_vllm": {k: v for k, v in vars(fitted["vllm"]).items() if k != "comm"}
         | {"comm_latency_s": fitted["vllm"].comm.latency_s},
         "step_overhead_s": {b: round(p.step_overhead_s, 5) for b, p in fitted.items()},
@@ -110,7 +120,7 @@ def main() -> int:
     print(f"rows used {len(rows)}; left out {dict(left_out.most_common())}")
     print(f"models: {', '.join(result['models'])}")
     hdr = f"{'group':34} {'rows':>4}  {'TTFT default/fit/LOGO %':>24}  {'TPOT default/fit/LOGO %':>24}"
-    for name in ("by_system", "by_tp", "by_system_backend_tp"):
+    for name in ("by_system", "by_tp", "by_kv", "by_system_backend_tp"):
         print(f"\n{name}\n{hdr}")
         for g, e in result[name].items():  # type: ignore[attr-defined]
             ttft = f"{e['default_ttft']:.1f}/{e['fit_ttft']:.1f}/{e['logo_ttft']:.1f}"
