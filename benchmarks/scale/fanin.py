@@ -37,6 +37,18 @@ def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
     raise RuntimeError("engines process did not answer")
 
 
+def _scrape(port: int) -> Any:
+    """The relay's /metrics, retried (a busy relay may answer late)."""
+    for attempt in range(5):
+        try:
+            return scrape(port)
+        except OSError:
+            if attempt == 4:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
 def _stop(proc: subprocess.Popen[Any], timeout_s: float = 15.0) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -48,37 +60,47 @@ def _stop(proc: subprocess.Popen[Any], timeout_s: float = 15.0) -> None:
 
 
 def measure(
-    engines: int, rate: float, window_s: float, relay_args: list[str] | None = None
+    engines: int, rate: float, window_s: float, relay_args: list[str] | None = None, engine_procs: int = 1
 ) -> dict[str, Any]:
-    """Relay CPU per relayed message with ``engines`` engines at ``rate`` FPM/s each."""
+    """Relay CPU per relayed message with ``engines`` engines at ``rate`` FPM/s each, sent by
+    ``engine_procs`` processes (more senders starve nats-server and the relay on a 2-core machine)."""
+    procs_n = max(1, engine_procs)
     with NatsServer() as nats:
-        cfg = {
-            "first": 0,
-            "count": engines,
-            "prefill_fraction": 0.25,
-            "idle_fraction": 0.0,
-            "sndhwm": 10_000,
-            "transport": "tcp",
-            "ipc_dir": "",
-            "rate": rate,
-            "namespace": NS,
-            "nats_url": nats.url,
-        }
-        eng = subprocess.Popen(
-            [sys.executable, str(HERE / "engines.py"), json.dumps(cfg)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
+        procs: list[subprocess.Popen[str]] = []
         port = free_port()
         relay: subprocess.Popen[bytes] | None = None
         try:
-            _read_line(eng, 120)  # endpoints bound
-            assert eng.stdin is not None
-            eng.stdin.write("register\n")
-            eng.stdin.flush()
-            _read_line(eng, 120)
+            per = -(-engines // procs_n)
+            for first in range(0, engines, per):
+                cfg = {
+                    "first": first,
+                    "count": min(per, engines - first),
+                    "prefill_fraction": 0.25,
+                    "idle_fraction": 0.0,
+                    "sndhwm": 10_000,
+                    "transport": "tcp",
+                    "ipc_dir": "",
+                    "rate": rate,
+                    "namespace": NS,
+                    "nats_url": nats.url,
+                }
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, str(HERE / "engines.py"), json.dumps(cfg)],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL,
+                        text=True,
+                    )
+                )
+            for eng in procs:
+                _read_line(eng, 120)  # endpoints bound
+            for eng in procs:
+                assert eng.stdin is not None
+                eng.stdin.write("register\n")
+                eng.stdin.flush()
+            for eng in procs:
+                _read_line(eng, 120)
             args = [sys.executable, "-m", "planner_fpm_relay", "--nats-url", nats.url, "--namespace", NS]
             args += ["--http-port", str(port), "--log-level", "warning", "--no-sharding", *(relay_args or [])]
             relay = subprocess.Popen(
@@ -103,22 +125,24 @@ def measure(
                 if time.monotonic() > deadline:
                     raise RuntimeError("relay did not subscribe every engine")
             time.sleep(2.0)  # every engine's SUB joined, buffers settled
-            s0, c0, t0 = scrape(port), proc_cpu_s(relay.pid), time.monotonic()
+            s0, c0, t0 = _scrape(port), proc_cpu_s(relay.pid), time.monotonic()
             time.sleep(window_s)
-            s1, c1, t1 = scrape(port), proc_cpu_s(relay.pid), time.monotonic()
+            s1, c1, t1 = _scrape(port), proc_cpu_s(relay.pid), time.monotonic()
         finally:
             if relay is not None:
                 _stop(relay)
-            if eng.stdin is not None and eng.poll() is None:
+            for eng in procs:
+                if eng.stdin is not None and eng.poll() is None:
+                    try:
+                        eng.stdin.write("stop\n")
+                        eng.stdin.flush()
+                    except OSError:
+                        pass
+            for eng in procs:
                 try:
-                    eng.stdin.write("stop\n")
-                    eng.stdin.flush()
-                except OSError:
-                    pass
-            try:
-                eng.wait(15)
-            except subprocess.TimeoutExpired:
-                _stop(eng)
+                    eng.wait(15)
+                except subprocess.TimeoutExpired:
+                    _stop(eng)
 
     def d(name: str, **match: str) -> float:
         return total(s1, name, **match) - total(s0, name, **match)

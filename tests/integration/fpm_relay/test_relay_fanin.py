@@ -43,6 +43,7 @@ async def warm_up(engines: list[FakeEngine], coll: Collector, timeout_s: float =
 
 
 def gap_count(relay: Any, worker: str, reason: str = "gap") -> float:
+    relay._publisher.flush_metrics()  # (applied every 0.25 s otherwise)
     v = relay.registry.get_sample_value(
         "planner_fpm_dropped_total", {"component": "decode", "worker": worker, "reason": reason}
     )

@@ -141,6 +141,8 @@ async def test_sequence_gaps_and_restarts_counted(nats_server: NatsServer) -> No
             engine.seq = 0  # engine restarted
             last = engine.send()
             await wait_until(lambda: coll.got[-1][1] == last, 5, "the restarted stream")
+            assert relay._publisher is not None
+            relay._publisher.flush_metrics()  # (applied every 0.25 s otherwise)
             assert relay.registry.get_sample_value("planner_fpm_dropped_total", labels) == before + 5
             assert (
                 relay.registry.get_sample_value(

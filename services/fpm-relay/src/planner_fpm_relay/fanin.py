@@ -63,6 +63,7 @@ class EngineStream:
     __slots__ = (
         "bound_metrics",
         "closed",
+        "counts",
         "key",
         "labels",
         "last_seq",
@@ -84,6 +85,8 @@ class EngineStream:
         self.overload_unseen = 0
         """Messages dropped for overload and not yet behind a sequence gap (not counted twice)."""
         self.bound_metrics: tuple[Any, Any, Any] | None = None
+        self.counts = [0, 0, 0, 0, 0]
+        """Since the publisher's last metrics flush: messages, bytes, gap, restarts, lease drops."""
         self.closed = False
 
 

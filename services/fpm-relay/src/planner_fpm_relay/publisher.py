@@ -9,7 +9,8 @@ be attributed (wrong frame count, undecodable payload) is counted under the subj
 when its worker id cannot be read, else under its engine's subject. Validation is :mod:`validate`'s
 one-call msgspec check (``decode_fpm`` only for a payload it rejects, to name the reason); with
 validation off a decoder of ``worker_id`` alone is used. A pass goes to NATS as one buffer append
-(:mod:`natsout`); metrics are bumped once per engine per pass. Passes already waiting on the queue are
+(:mod:`natsout`); metrics are applied from per-engine counts every ``metrics_interval_s``
+(:meth:`Publisher.flush_metrics`). Passes already waiting on the queue are
 taken in the same wake-up.
 
 Nothing a batch can raise stops the publisher: messages NATS refuses (buffer full during a long
@@ -54,6 +55,7 @@ class Publisher:
         count_bad: Callable[[str, str], None],
         lease_ok: LeaseCheck | None = None,
         backlog: Backlog | None = None,
+        metrics_interval_s: float = 0.25,
     ) -> None:
         self.nc = nc
         self.out = NatsOut(nc, self._on_drop)
@@ -66,10 +68,15 @@ class Publisher:
         self._stopped = False
         self._drops: dict[str, Any] = {}  # reason -> bound counter
         self._errors_logged = 0
+        self._dirty: set[EngineStream] = set()
+        """Engines with counts not yet applied to the metrics (see :meth:`flush_metrics`)."""
+        self._flush_at: asyncio.TimerHandle | None = None
+        self.metrics_interval_s = metrics_interval_s
 
     def stop(self) -> None:
         """Return from :meth:`run` after the batch in hand (also when a cancellation got lost)."""
         self._stopped = True
+        self.flush_metrics()
 
     def _on_drop(self, reason: str, n: int) -> None:
         counter = self._drops.get(reason)
@@ -127,7 +134,7 @@ class Publisher:
         nbytes = 0
         from_bytes = int.from_bytes
         crlf = CRLF
-        per: dict[EngineStream, list[int]] = {}  # stream -> [messages, bytes, gap, restarts, lease drops]
+        dirty = self._dirty
         for frames in frames_list:
             # the checks of planner_proto.unpack_frames, inlined (this loop runs per message)
             if len(frames) != 3 or len(frames[1]) != 8:
@@ -152,9 +159,8 @@ class Publisher:
             if stream is None:
                 self.count_bad(UNATTRIBUTED, "unknown_engine")
                 continue
-            c = per.get(stream)
-            if c is None:
-                c = per[stream] = [0, 0, 0, 0, 0]
+            c = stream.counts
+            dirty.add(stream)
             seq = from_bytes(frames[1], "big")
             last = stream.last_seq
             if last is None or seq != last + 1:
@@ -188,16 +194,28 @@ class Publisher:
             nbytes += size
         if subjects:
             for i in await self.out.publish_mixed(parts, subjects, nbytes):
-                c = per[who[i]]  # refused: counted by reason in publish_drops
+                c = who[i].counts  # refused: counted by reason in publish_drops
                 c[0] -= 1
                 c[1] -= len(parts[3 * i + 1])
-        if per:
-            self._count(per)
+        if dirty and self._flush_at is None:
+            loop = asyncio.get_running_loop()
+            self._flush_at = loop.call_later(self.metrics_interval_s, self.flush_metrics)
 
-    def _count(self, per: dict[EngineStream, list[int]]) -> None:
+    def flush_metrics(self) -> None:
+        """Apply the per-engine counts gathered since the last flush to the Prometheus metrics: a
+        pass touches most of its engines once (many engines, a few messages each), and three metric
+        updates per engine per pass cost about as much as relaying the message. So the hot path adds
+        to plain ints and this runs at most every ``metrics_interval_s`` (and on stop)."""
+        if self._flush_at is not None:
+            self._flush_at.cancel()
+            self._flush_at = None
         m = self.metrics
         wall = time.time()
-        for stream, (sent, nbytes, gap, restarts, lease_drops) in per.items():
+        dirty, self._dirty = self._dirty, set()
+        for stream in dirty:
+            counts = stream.counts
+            sent, nbytes, gap, restarts, lease_drops = counts
+            counts[:] = (0, 0, 0, 0, 0)
             if sent:
                 bound = stream.bound_metrics
                 if bound is None:  # label lookups once per engine, not per pass
@@ -208,7 +226,8 @@ class Publisher:
                     )
                 bound[0].inc(sent)
                 bound[1].inc(nbytes)
-                bound[2].set(wall)
+                if not stream.closed:  # (a closed engine's last_seen series is removed)
+                    bound[2].set(wall)
             if gap:
                 m.dropped.labels(*stream.labels, "gap").inc(gap)
             if restarts:

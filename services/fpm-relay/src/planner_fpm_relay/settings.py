@@ -42,13 +42,14 @@ class FpmRelaySettings(BaseSettings, frozen=True, kw_only=True):
     """ZMQ receive high-water mark per engine (0 = unlimited); beyond it the engine's PUB drops."""
     max_batch: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024
     """Messages drained from one socket per pass (a backlog goes on in the next pass)."""
-    batch_window_s: Annotated[float, Meta(ge=0.0, le=0.1)] = 0.002
+    batch_window_s: Annotated[float, Meta(ge=0.0, le=0.1)] = 0.005
     """Read the sockets at most once per this window while messages keep coming (one wake-up per
     window, not per arrival); a message after a quiet window is relayed at once. Adds at most this
     much latency; 0 wakes on every arrival. Measured here at 330 engines x 10 FPM/s, relay CPU per
     message: 0 -> 264 us, 0.5 ms -> 100-131 us, 5 ms -> 98 us (the rest is per-socket ZMQ work).
     With shared sockets (``engines_per_socket``), 1000 engines x 20 FPM/s on a loaded machine:
-    0.5 ms -> 22 us, 2 ms -> 18 us."""
+    0.5 ms -> 22 us, 2 ms -> 18 us; 330 engines x 20 FPM/s: 2 ms -> 34 us, 5 ms -> 29 us (FPM feed a 1 s
+    regression tick: 5 ms of latency costs nothing)."""
     engines_per_socket: Annotated[int, Meta(ge=1, le=100_000)] = 128
     """Engines connected to one shared ZMQ SUB socket (the engine of a message is the worker id in
     its payload). Fewer sockets, fewer wake-ups: 1000 engines are 8 sockets."""
