@@ -54,3 +54,32 @@ def test_max_attainment_and_knobs() -> None:
         "sla",
         "combined[kalman]",
     ]
+
+
+def test_sla_headroom_knob_scales_the_forecast() -> None:
+    from planner_core.forecast import ForecastConfig
+    from planner_core.policy import PolicyConfig, PolicyKind
+    from planner_proto.traffic import TrafficSample
+    from planner_sim.controllers import PlannerController
+    from tests.unit.sim.sim_helpers import settings
+
+    def forecast(scale: float) -> float | None:
+        cfg = PolicyConfig(policy=PolicyKind.THROUGHPUT, reference_compat=True)
+        c = PlannerController(
+            "sla", cfg, settings(), {"prefill": 1, "decode": 1},
+            forecast=ForecastConfig(model="constant", interval_s=60.0), demand_scale=scale,
+        )  # fmt: skip
+        for i in range(3):
+            sample = TrafficSample(
+                namespace="sim", start_s=60.0 * i, interval_s=60.0, num_requests=100.0,
+                mean_isl_tokens=1000.0, mean_osl_tokens=100.0,
+            )  # fmt: skip
+            c.observe_traffic(sample, 60.0 * (i + 1))
+        assert c.forecast is not None
+        return c.forecast.num_requests
+
+    base = forecast(1.0)
+    assert base is not None and base > 0
+    assert forecast(1.7) == pytest.approx(1.7 * base)
+    with pytest.raises(ValueError, match="demand_scale"):
+        forecast(0.0)

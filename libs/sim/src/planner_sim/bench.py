@@ -201,7 +201,7 @@ def calibrate_rate(
     horizon: float,
     peak_gpus: float,
 ) -> float:
-    """The rate scale at which the oracle's peak interval needs about ``peak_gpus`` GPUs: bisection
+    """The rate scale at which the oracle's peak interval needs ``peak_gpus`` GPUs (or just under): bisection
     (in log scale) on the oracle's need, TTFT search included, over the few intervals that need the most
     by the rate bound (the peak is among them)."""
     interval = cfg.oracle_interval_s
@@ -217,22 +217,25 @@ def calibrate_rate(
     ]  # fmt: skip
 
     def peak(scale: float) -> float:
-        best = 0.0
+        best = 0
         for chunk in chunks:
             if not chunk:
                 continue
             scaled = scale_trace(chunk, rate_scale=scale, seed=cfg.seed)
             orc, _, _ = _oracle(cfg, settings, scaled, interval)
-            best = max(best, orc.peak_gpu_need)
+            best = max(
+                best, int((orc.prefill * orc.gpus_per_prefill + orc.decode * orc.gpus_per_decode).max())
+            )
         return best
 
     # the need is about proportional to the rate: proportional steps until the target is bracketed,
-    # then bisection (log scale) until the bracket is within 4 %
+    # then bisection (log scale) until the bracket is within 4 %; the answer is the largest rate seen
+    # whose peak (whole GPUs, as printed) is <= peak_gpus
     lo, hi = 0.0, math.inf
     scale = peak_gpus / max(bound.peak_gpu_need, 1e-9)
-    for _ in range(12):
+    for _ in range(14):
         got = peak(scale)
-        if got < peak_gpus:
+        if got <= peak_gpus:
             lo = max(lo, scale)
         else:
             hi = min(hi, scale)
@@ -240,8 +243,10 @@ def calibrate_rate(
             if hi / lo < 1.04:
                 break
             scale = math.sqrt(lo * hi)
+        elif got <= peak_gpus:
+            scale *= min(max(peak_gpus / max(got, 1e-9), 1.1), 4.0)
         else:
-            scale = scale * min(max(peak_gpus / max(got, 1e-9), 0.25), 4.0)
+            scale *= min(max(peak_gpus / got, 0.25), 0.9)
     return hi if lo == 0 else lo
 
 

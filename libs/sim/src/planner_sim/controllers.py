@@ -8,6 +8,10 @@ the frontend's traffic per interval feeds the forecaster, ComponentSnapshots are
 
 from __future__ import annotations
 
+import math
+
+import msgspec
+
 from planner_core.engine import to_fpm
 from planner_core.forecast import ForecastConfig, LoadForecaster
 from planner_core.policy import (
@@ -83,7 +87,13 @@ class PlannerController:
         capacity: CapacityModel | None = None,
         forecast: ForecastConfig | None = None,
         reference_regression: bool = False,
+        demand_scale: float = 1.0,
     ) -> None:
+        """``demand_scale``: the forecast's request count is multiplied by this before the policy sees it
+        (a headroom knob for the bench's frontier; 1 = the forecast as is)."""
+        if not (math.isfinite(demand_scale) and demand_scale > 0):
+            raise ValueError(f"demand_scale: must be > 0, got {demand_scale}")
+        self.demand_scale = demand_scale
         self.name = name
         self.cfg = cfg
         self.settings = settings
@@ -114,7 +124,15 @@ class PlannerController:
         self.traffic = sample
         if self.forecaster is not None:
             self.forecaster.observe(sample)
-            self.forecast = self.forecaster.forecast(namespace=NAMESPACE, now_s=now_s)
+            f = self.forecaster.forecast(namespace=NAMESPACE, now_s=now_s)
+            if self.demand_scale != 1.0 and f.num_requests is not None:
+                upper = f.num_requests_upper
+                f = msgspec.structs.replace(
+                    f,
+                    num_requests=f.num_requests * self.demand_scale,
+                    num_requests_upper=None if upper is None else upper * self.demand_scale,
+                )
+            self.forecast = f
 
     def snapshot(self, component: str, now_s: float, cluster: Cluster) -> ComponentSnapshot:
         reg = self.regressions[component]

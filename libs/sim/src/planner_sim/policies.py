@@ -93,7 +93,7 @@ def make_controller(name: str, ctx: PolicyContext, knob: float | None = None) ->
         return StaticController(name, ctx.oracle.static_average(ctx.min_replicas))
     base = base_config(ctx)
     interval = base.throughput_interval_s
-    if name in ("sla", "load") and knob is not None:
+    if name == "load" and knob is not None:
         base = replace(
             base, ttft_target_ms=base.ttft_target_ms * knob, itl_target_ms=base.itl_target_ms * knob
         )
@@ -120,6 +120,7 @@ def make_controller(name: str, ctx: PolicyContext, knob: float | None = None) ->
             capacity=ctx.capacity,
             forecast=ForecastConfig(model="arima", interval_s=interval),
             reference_regression=True,
+            demand_scale=1.0 if knob is None else knob,
         )
     if name == "load":
         cfg = replace(base, policy=PolicyKind.LOAD, reference_compat=True)

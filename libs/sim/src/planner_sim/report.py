@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -157,7 +158,7 @@ def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun], frontier:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 200)
     for p in preps:
         orc = p.oracle
         clv = p.clairvoyant.gpu_hours
