@@ -54,6 +54,7 @@ class CircusBackend:
         return self.gpus_per.get(component, 1)
 
     def admit(self, targets: Mapping[str, int], running: Sequence[WorkerRecord]) -> str:
+        self._restarts.clear()  # every new decision gets a fresh restart budget per worker
         ours = {c: n for c, n in targets.items() if c in self.managed}
         others = [w for w in running if w.component not in ours]
         return budget_error(ours, self.gpus_per, len(self.s.gpu_pool), others)

@@ -24,7 +24,8 @@ class Backend(Protocol):
 
     def admit(self, targets: Mapping[str, int], running: Sequence[WorkerRecord]) -> str:
         """Why a decision with ``targets`` cannot be applied ("" when it can). ``running``: the workers
-        not draining. Called before anything is changed: a rejected decision is acked ``failed``."""
+        not draining. Called once per new decision, before anything is changed: a rejected decision
+        is acked ``failed`` (a backend may also reset per-decision retry budgets here)."""
         ...
 
     async def workers(self, known: Mapping[str, WorkerRecord]) -> list[Seen]:
