@@ -11,6 +11,7 @@ starting fleet (a fair start). With ``frontier``, each policy runs at every poin
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import sys
@@ -165,9 +166,11 @@ def cluster_settings(cfg: BenchConfig) -> ClusterSettings:
     return ClusterSettings(timing=fit_calibrated(pre, dec), num_gpu_blocks=blocks, startup_s=cfg.startup_s)
 
 
+@functools.lru_cache(maxsize=4)
 def load_requests(source: str, seed: int = 0) -> tuple[str, list[TraceRequest]]:
     """(name, requests) of a trace file (a bad line raises TraceError naming it), or of a generated
-    source (``servegen:...``, ``synthetic:...``: see planner_sim.scenarios)."""
+    source (``servegen:...``, ``sinusoid:...``: see planner_sim.scenarios). Cached: a startup sweep
+    reads (or samples) each source once; callers must not modify the list."""
     from planner_sim.scenarios import is_generated, load_generated
 
     if is_generated(source):
@@ -250,6 +253,14 @@ def calibrate_rate(
     return hi if lo == 0 else lo
 
 
+def _calibration_key(cfg: BenchConfig) -> BenchConfig:
+    """What the rate calibration depends on (not the startup, the policies or the sweep)."""
+    return dataclasses.replace(cfg, policies=(), startup_s=0.0, frontier=False, jobs=1, gpu_budget=-1)
+
+
+_CALIBRATED: dict[tuple[BenchConfig, str], float] = {}
+
+
 @functools.lru_cache(maxsize=8)
 def prepare_trace(cfg: BenchConfig, path: str) -> TracePrep:
     settings = cluster_settings(cfg)
@@ -263,7 +274,10 @@ def prepare_trace(cfg: BenchConfig, path: str) -> TracePrep:
     horizon = cfg.duration_s if cfg.duration_s is not None else reqs[-1].arrival_s
     scale = 1.0
     if cfg.peak_gpus is not None:
-        scale = calibrate_rate(cfg, settings, reqs, horizon, cfg.peak_gpus)
+        key = (_calibration_key(cfg), path)
+        if key not in _CALIBRATED:  # the requests follow from (cfg, path): seed, jitter, duration
+            _CALIBRATED[key] = calibrate_rate(cfg, settings, reqs, horizon, cfg.peak_gpus)
+        scale = _CALIBRATED[key]
         reqs = scale_trace(reqs, rate_scale=scale, seed=cfg.seed)
     too_long = sum(1 for r in reqs if r.input_tokens > settings.context_length_tokens)
     reqs = [r for r in reqs if r.input_tokens <= settings.context_length_tokens]
