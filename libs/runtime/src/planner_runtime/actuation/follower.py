@@ -165,6 +165,17 @@ class DecisionFollower:
         take = on_takeover(last, self.last_decision_id, self.subjects.ns, self.completed_decision_id)
         if take.accept is not None:
             self.log.info("decision_caught_up", decision_id=take.accept.decision_id)
+            prev = self.last_decision_id
+            if self.completed_decision_id < prev < take.accept.decision_id:
+                # the decision being carried out when the lease was lost never got its final ack, and
+                # the newer one replaces it: answer it now, once (seen in chaos on a NATS cluster
+                # restart: a decision published while the actuator was between holders)
+                self.completed_decision_id = prev
+                await self._persist()
+                stale = msgspec.structs.replace(take.accept, decision_id=prev)
+                await self._ack(
+                    stale, AckStatus.SUPERSEDED, f"superseded by decision {take.accept.decision_id}"
+                )
             await self._accept(take.accept)
             return
         d = take.resume
