@@ -220,33 +220,38 @@ def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun], frontier:
 
 
 def plot_frontier(path: str, preps: Sequence[TracePrep], runs: Sequence[PolicyRun]) -> None:
-    """Attainment vs GPU-hours per policy (its knob sweep), one panel per trace, with both limits."""
+    """Attainment vs GPU-hours per policy (its knob sweep), one column per trace (top: all of it;
+    bottom: zoomed on 90-100 %), with both limits as vertical lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(preps), figsize=(7 * len(preps), 5), squeeze=False)
+    fig, axes = plt.subplots(2, len(preps), figsize=(7 * len(preps), 9), squeeze=False)
     for j, p in enumerate(preps):
-        ax = axes[0][j]
-        for row in policy_rows(p.name, runs):
-            pts = sorted(row.points, key=lambda q: q.gpu_hours)
-            ax.plot(
-                [q.gpu_hours for q in pts],
-                [q.summary.sla_attainment_pct for q in pts],
-                marker="o",
-                markersize=4,
-                label=row.policy,
-            )
-        ax.axvline(p.oracle.gpu_hours, color="k", linestyle=":", label="oracle (instant)")
-        ax.axvline(p.clairvoyant.gpu_hours, color="k", linestyle="--", label="clairvoyant (pays startup)")
-        for lvl in (95.0, 99.0):
-            ax.axhline(lvl, color="grey", linewidth=0.6)
-        ax.set_xlabel("GPU-hours")
-        ax.set_ylabel("SLA attainment %")
-        ax.set_title(f"{p.name} (startup {p.clairvoyant.startup_s:g} s)")
-        ax.set_ylim(max(0.0, min(ax.get_ylim()[0], 80.0)), 100.5)
-        ax.legend(fontsize=7, loc="lower right")
+        for k, ax in enumerate((axes[0][j], axes[1][j])):
+            for row in policy_rows(p.name, runs):
+                pts = sorted(row.points, key=lambda q: q.gpu_hours)
+                ax.plot(
+                    [q.gpu_hours for q in pts],
+                    [q.summary.sla_attainment_pct for q in pts],
+                    marker="o",
+                    markersize=4,
+                    label=row.policy,
+                )
+            ax.axvline(p.oracle.gpu_hours, color="k", linestyle=":", label="oracle (instant)")
+            ax.axvline(p.clairvoyant.gpu_hours, color="k", linestyle="--", label="clairvoyant (pays startup)")
+            for lvl in (95.0, 99.0):
+                ax.axhline(lvl, color="grey", linewidth=0.6)
+            ax.set_xlabel("GPU-hours")
+            ax.set_ylabel("SLA attainment %")
+            if k == 0:
+                ax.set_title(f"{p.name} (startup {p.clairvoyant.startup_s:g} s)")
+                ax.set_ylim(0.0, 100.5)
+                ax.legend(fontsize=7, loc="lower right")
+            else:
+                ax.set_title("zoom: 90-100 %", fontsize=9)
+                ax.set_ylim(90.0, 100.2)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
