@@ -98,3 +98,54 @@ def test_fewest_replicas_respects_bounds() -> None:
     assert fewest_replicas(100.0, [0.0], 0.99, minimum=2)[0] == 2
     assert fewest_replicas(1.0, [1e9], 0.99, maximum=8)[0] == 8
     assert fewest_replicas(0.0, [10.0], 0.99, maximum=8)[0] == 8
+
+
+def _wave(n: int, period: float, amplitude: float = 0.9, noise: float = 0.0, seed: int = 0) -> list[float]:
+    import math
+    import random
+
+    rnd = random.Random(seed)
+    return [
+        100.0 * (1.0 + amplitude * math.sin(2 * math.pi * i / period)) * (1.0 + noise * rnd.gauss(0, 1))
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (_wave(90, 30), 30),
+        (_wave(120, 40, noise=0.05), 40),
+        ([100.0 + i for i in range(90)], 0),  # a trend is not a season
+        ([100.0] * 90, 0),
+        (_wave(40, 30), 0),  # seen less than 1.5 times
+    ],
+)
+def test_find_period(values: list[float], expected: int) -> None:
+    from planner_core.policy.horizon import find_period
+
+    got = find_period(values, 5, 0.5)
+    assert abs(got - expected) <= 1 if expected else got == 0
+
+
+def test_a_seasonal_series_is_forecast_by_its_season() -> None:
+    from planner_core.policy.horizon import best_forecast, uses_season
+
+    cfg = HorizonConfig()
+    lead = 5
+    values = _wave(150, 30, noise=0.03)
+    s = feed(values, lead, cfg)
+    assert s.period == pytest.approx(30, abs=1)
+    assert uses_season(s, lead, cfg)
+    truth = _wave(155, 30)[-1]
+    assert best_forecast(s, lead, cfg) == pytest.approx(truth, rel=0.1)
+    # and its measured errors are far tighter than the damped trend's
+    scen = demand_scenarios(s, lead, cfg)
+    assert max(scen) - min(scen) < 0.5 * (max(s.errors) - min(s.errors)) * s.slow
+
+
+def test_without_a_season_the_damped_trend_is_used() -> None:
+    from planner_core.policy.horizon import uses_season
+
+    s = feed([100.0 + 5 * i for i in range(100)], 4, HorizonConfig())
+    assert s.period == 0 and not uses_season(s, 4, HorizonConfig())

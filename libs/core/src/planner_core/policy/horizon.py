@@ -23,6 +23,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 PRIOR_ERRORS: tuple[float, ...] = (-0.4, -0.25, -0.15, -0.05, 0.0, 0.05, 0.15, 0.3, 0.5, 0.8)
 """Stand-in forecast errors (in slow levels) before any are measured: a 30 % spread, a long upper tail."""
 
@@ -41,6 +43,13 @@ class SeriesState:
     errors: tuple[float, ...] = ()
     """(actual - forecast) / slow level at the lead time, newest last."""
     samples: int = 0
+    history: tuple[float, ...] = ()
+    """The latest samples (oldest first), for the seasonal forecast."""
+    period: int = 0
+    """Detected season in samples (0: none)."""
+    seasonal_pending: tuple[tuple[int, float, float], ...] = ()
+    seasonal_errors: tuple[float, ...] = ()
+    """Errors of the seasonal forecast at the lead, as ``errors`` are for the damped trend."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +68,29 @@ class HorizonConfig:
     warmup_samples: int = 8
     """Forecasts made from fewer samples than this (and than the lead) are not scored: a level still
     climbing from its first sample says nothing about the forecaster's steady error."""
+    max_history: int = 720
+    """Samples kept for the season search (6 h of 30 s samples)."""
+    min_season_correlation: float = 0.5
+    """Autocorrelation a lag needs (and to be a local peak) to count as the traffic's season."""
+
+
+def _settle(
+    pending: tuple[tuple[int, float, float], ...],
+    errors: tuple[float, ...],
+    index: int,
+    value: float,
+    keep: int,
+) -> tuple[tuple[tuple[int, float, float], ...], tuple[float, ...]]:
+    """Score the forecasts made for sample ``index`` against its actual ``value``."""
+    errs = list(errors)
+    left: list[tuple[int, float, float]] = []
+    for idx, fc, slow in pending:
+        if idx == index:
+            if slow > 1e-9:
+                errs.append((value - fc) / slow)
+        elif idx > index:
+            left.append((idx, fc, slow))
+    return tuple(left), tuple(errs[-keep:])
 
 
 def update_series(
@@ -67,36 +99,92 @@ def update_series(
     """Take the actual ``value`` of sample ``index``; settle forecasts made for it; forecast
     ``lead_samples`` ahead and remember that forecast."""
     value = max(value, 0.0) if math.isfinite(value) else 0.0
-    errors = list(s.errors)
-    pending: list[tuple[int, float, float]] = []
-    for idx, fc, slow in s.pending:
-        if idx == index:
-            if slow > 1e-9:
-                errors.append((value - fc) / slow)
-        elif idx > index:
-            pending.append((idx, fc, slow))
+    pending, errors = _settle(s.pending, s.errors, index, value, cfg.max_errors)
+    s_pending, s_errors = _settle(s.seasonal_pending, s.seasonal_errors, index, value, cfg.max_errors)
     if s.level is None:
         level, trend, slow = value, 0.0, value
     else:
         prev_level = s.level
         level = cfg.alpha * value + (1 - cfg.alpha) * (prev_level + cfg.damping * s.trend)
-        trend = cfg.beta * (level - prev_level) + (1 - cfg.beta) * cfg.damping * s.trend
+        # the first samples set the trend quickly (a fleet starting on a ramp must see the ramp)
+        beta = max(cfg.beta, 1.0 / (s.samples + 1))
+        trend = beta * (level - prev_level) + (1 - beta) * cfg.damping * s.trend
         # the slow level follows quickly while it is below the samples' scale (start, after idle)
         a = max(cfg.slow_alpha, 1.0 / (s.samples + 1))
         slow = s.slow + a * (value - s.slow)
+    history = (*s.history, value)[-cfg.max_history :]
+    period = find_period(history, lead_samples, cfg.min_season_correlation)
+    if abs(period - s.period) > 0.1 * max(period, s.period):
+        # another season is another forecaster: its record starts afresh
+        s_pending, s_errors = (), ()
     nxt = SeriesState(
         level=level,
         trend=trend,
         slow=slow,
         last=value,
-        pending=tuple(pending),
-        errors=tuple(errors[-cfg.max_errors :]),
+        pending=pending,
+        errors=errors,
         samples=s.samples + 1,
+        history=history,
+        period=period,
+        seasonal_pending=s_pending,
+        seasonal_errors=s_errors,
     )
     if nxt.samples < max(cfg.warmup_samples, lead_samples):
         return nxt
     fc = forecast(nxt, lead_samples, cfg)
-    return replace(nxt, pending=(*nxt.pending, (index + lead_samples, fc, slow)))
+    nxt = replace(nxt, pending=(*nxt.pending, (index + lead_samples, fc, slow)))
+    sfc = seasonal_forecast(nxt, lead_samples)
+    if sfc is not None:
+        nxt = replace(nxt, seasonal_pending=(*nxt.seasonal_pending, (index + lead_samples, sfc, slow)))
+    return nxt
+
+
+def find_period(history: Sequence[float], lead_samples: int, min_correlation: float) -> int:
+    """The traffic's season in samples: the lag (longer than twice the lead, seen at least 1.5 times
+    in the history) where the autocorrelation of the detrended series peaks above
+    ``min_correlation`` (the shortest such peak within 10 % of the strongest); 0 when there is none."""
+    n = len(history)
+    lo = 2 * lead_samples + 2
+    hi = (2 * n) // 3
+    if hi <= lo + 2:
+        return 0
+    y = np.asarray(history, dtype=np.float64)
+    t = np.arange(n, dtype=np.float64)
+    y = y - np.polyval(np.polyfit(t, y, 1), t)
+    var = float(np.dot(y, y))
+    if var <= 1e-12:
+        return 0
+    spec = np.fft.rfft(y, 2 * n)
+    lagged = np.fft.irfft(spec * np.conj(spec), 2 * n)[: hi + 2]  # sum of y[t] * y[t + k] per lag k
+    ks = np.arange(lo - 1, hi + 2)
+    acf = lagged[ks] / var * n / (n - ks)
+    peaks = [
+        (lo - 1 + i, float(acf[i]))
+        for i in range(1, len(acf) - 1)
+        if acf[i] >= min_correlation and acf[i] >= acf[i - 1] and acf[i] >= acf[i + 1]
+    ]
+    if not peaks:
+        return 0
+    # the shortest lag nearly as strong as the strongest (not a multiple of the season)
+    strongest = max(r for _, r in peaks)
+    best = next(lag for lag, r in peaks if r >= 0.9 * strongest)
+    return best
+
+
+def seasonal_forecast(s: SeriesState, steps: int) -> float | None:
+    """The value one season before the target sample (a 3-sample mean), shifted by how much the last
+    ``steps`` samples differ from the same samples a season earlier; None without a season or before
+    two seasons are in the history."""
+    p, h = s.period, s.history
+    n = len(h)
+    if p <= steps or n < 2 * p + steps:
+        return None
+    at = n - 1 + steps - p
+    base = sum(h[max(at - 1, 0) : at + 2]) / len(h[max(at - 1, 0) : at + 2])
+    recent = sum(h[n - steps :]) / steps
+    before = sum(h[n - steps - p : n - p]) / steps
+    return max(base + recent - before, 0.0)
 
 
 def forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
@@ -107,11 +195,35 @@ def forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
     return max(s.level + damp * s.trend, 0.0)
 
 
+def uses_season(s: SeriesState, steps: int, cfg: HorizonConfig) -> bool:
+    """Whether the seasonal forecast has done better than the damped trend: lower mean absolute
+    error over the latest forecasts both scored (at least ``min_errors``)."""
+    if seasonal_forecast(s, steps) is None:
+        return False
+    k = min(len(s.errors), len(s.seasonal_errors))
+    if k < cfg.min_errors:
+        return False
+    trend_err = sum(abs(e) for e in s.errors[-k:])
+    season_err = sum(abs(e) for e in s.seasonal_errors[-k:])
+    return season_err < trend_err
+
+
+def best_forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
+    """The forecast ``steps`` ahead that :func:`demand_scenarios` starts from."""
+    if uses_season(s, steps, cfg):
+        return seasonal_forecast(s, steps) or 0.0
+    return forecast(s, steps, cfg)
+
+
 def demand_scenarios(s: SeriesState, steps: int, cfg: HorizonConfig) -> tuple[float, ...]:
-    """Demand ``steps`` ahead under each measured error (the prior blended in while there are fewer
-    than ``min_errors``)."""
-    errors = s.errors if len(s.errors) >= cfg.min_errors else (*PRIOR_ERRORS, *s.errors)
-    fc = forecast(s, steps, cfg)
+    """Demand ``steps`` ahead under each measured error of the better forecast (the prior blended in
+    while there are fewer than ``min_errors``)."""
+    if uses_season(s, steps, cfg):
+        fc = seasonal_forecast(s, steps) or 0.0
+        errors = s.seasonal_errors
+    else:
+        errors = s.errors if len(s.errors) >= cfg.min_errors else (*PRIOR_ERRORS, *s.errors)
+        fc = forecast(s, steps, cfg)
     unit = max(s.slow, 0.0)
     return tuple(max(fc + e * unit, 0.0) for e in errors)
 

@@ -27,10 +27,11 @@ from planner_core.policy.config import PolicyConfig
 from planner_core.policy.horizon import (
     HorizonConfig,
     PredictiveState,
+    best_forecast,
     demand_scenarios,
     fewest_replicas,
-    forecast,
     update_series,
+    uses_season,
 )
 from planner_core.policy.queueing import max_prefill_utilisation
 from planner_core.policy.types import DECODE, PREFILL, ComponentResult, DecisionInputs, Diagnostics
@@ -110,7 +111,7 @@ def predictive_floor(
         )
         per = prefill_rate_per_replica(service_ms, isl) * util
         out[PREFILL] = _sized(
-            forecast(st.prefill, lead, hcfg),
+            best_forecast(st.prefill, lead, hcfg),
             per,
             demand_scenarios(st.prefill, lead, hcfg),
             cfg,
@@ -121,7 +122,7 @@ def predictive_floor(
         thpt = inputs.capacity.decode.best_thpt_per_gpu(itl_target, isl + osl / 2)
         per = thpt * cfg.gpus_per_decode * cfg.decode_max_utilisation
         out[DECODE] = _sized(
-            forecast(st.decode, lead, hcfg),
+            best_forecast(st.decode, lead, hcfg),
             per,
             demand_scenarios(st.decode, lead, hcfg),
             cfg,
@@ -129,6 +130,8 @@ def predictive_floor(
         )
     floor = {c: r.target for c, r in out.items() if r.target is not None}
     diag["predictive.lead_samples"] = float(lead)
+    diag["predictive.season_samples"] = float(st.prefill.period)
+    diag["predictive.seasonal"] = float(uses_season(st.prefill, lead, hcfg))
     return out, replace(st, floor=floor), diag
 
 
