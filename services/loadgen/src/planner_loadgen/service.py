@@ -119,8 +119,23 @@ class LoadgenService(Service[LoadgenSettings]):
 
     # ---- engines ------------------------------------------------------------------------------
     async def _watch_engines(self, kv: KeyValue) -> None:
+        """Follow the registry. Engines refresh their keys every ENGINES_TTL_S / 3, so a watch silent
+        for longer than ENGINES_TTL_S / 2 is dead (its consumer was on a NATS node that went away, or
+        the connection moved): it is started again, and its initial snapshot refills the table."""
+        while True:
+            try:
+                await self._watch_engines_once(kv)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # NATS unavailable for a moment: try again shortly
+                self.log.warning("engines_watch_failed", error=str(exc) or type(exc).__name__)
+                await asyncio.sleep(1.0)
+
+    async def _watch_engines_once(self, kv: KeyValue) -> None:
         prefix = f"{self.settings.namespace}."
         watcher = await kv_watch(kv, f"{prefix}>")
+        loop = asyncio.get_running_loop()
+        last_update = loop.time()
         try:
             while True:
                 try:
@@ -128,6 +143,11 @@ class LoadgenService(Service[LoadgenSettings]):
                 except (TimeoutError, nats.errors.TimeoutError):
                     entry = None
                 now = asyncio.get_running_loop().time()
+                if entry is not None:
+                    last_update = now
+                elif now - last_update > ENGINES_TTL_S / 2:
+                    self.log.info("engines_watch_restart", silent_s=round(now - last_update, 1))
+                    return
                 changed = bool(self.table.prune(now))
                 if entry is not None:
                     changed = True
