@@ -20,7 +20,7 @@ from pathlib import Path
 
 from planner_core.hardware import gpu_spec
 from planner_core.modelcfg import ModelConfig, load_model_config
-from planner_core.profiling.serving import ServingParams, predict_serving
+from planner_core.profiling.serving import ServingParams, kv_capacity_for, predict_serving
 from planner_core.profiling.silicon import SiliconRow, ape_pct, fit, mape, predict_row, read_rows, usable
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,6 +71,10 @@ def main() -> int:
         u = usable(r, has)
         if isinstance(u, str):
             left_out[u] += 1
+        elif kv_capacity_for(load(u.model_path), gpu_spec(u.system), u.point) <= 0:
+            # e.g. Qwen3-235B FP8 (235 GB) "tp 1" on a 141 GB H200: the row's layout is not what its
+            # columns say, so the model cannot describe it
+            left_out["weights exceed the GPUs of the stated TP"] += 1
         else:
             rows.append(u)
     t0 = time.perf_counter()

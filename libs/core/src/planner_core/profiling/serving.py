@@ -48,6 +48,9 @@ class ServingParams:
     w_kv_wait: float = 0.5
     ttft_fixed_s: float = 0.03  # request intake, tokenisation, first-token path (backend dependent)
     chunk_tokens: int = 8192
+    # share of the output a running request holds in KV on average: vLLM and SGLang allocate blocks
+    # as tokens come (a request holds isl + osl/2 on average), TRT-LLM reserves isl + osl up front
+    kv_output_share: float = 0.5
     comm: CommParams = field(default_factory=CommParams)
     mem_util: float = 0.9
 
@@ -154,6 +157,13 @@ def kv_capacity_tokens(s: _Shape, gpu: GpuSpec, p: ServingParams) -> float:
     return max(free, 0.0) / s.kv_token_bytes if s.kv_token_bytes > 0 else float("inf")
 
 
+def kv_capacity_for(
+    model: ModelConfig, gpu: GpuSpec, pt: ServingPoint, p: ServingParams | None = None
+) -> float:
+    """KV tokens one engine of ``pt.tp`` GPUs holds (0 when the weights alone do not fit)."""
+    return kv_capacity_tokens(_shape(model, pt), gpu, p or ServingParams())
+
+
 @dataclass(frozen=True)
 class ServingEstimate:
     ttft_ms: float
@@ -166,7 +176,8 @@ class ServingEstimate:
 def predict_serving(model: ModelConfig, gpu: GpuSpec, pt: ServingPoint, p: ServingParams) -> ServingEstimate:
     s = _shape(model, pt)
     cap = kv_capacity_tokens(s, gpu, p)
-    running = max(1, min(pt.concurrency, int(cap // max(pt.isl + pt.osl, 1))))
+    held = pt.isl + p.kv_output_share * pt.osl
+    running = max(1, min(pt.concurrency, int(cap // max(held, 1.0))))
     ctx = pt.isl + pt.osl / 2.0
     dec = pass_s(s, gpu, pt.weight_format, pt.tp, running, running * ctx, running * ctx, p)
     pf = prefill_s(s, gpu, pt, p)

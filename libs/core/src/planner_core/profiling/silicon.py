@@ -91,8 +91,14 @@ _NAMES = (
     "comm_lat",
 )
 _NB = len(BACKENDS)
-_LO = np.array([0.1, 1.0, 0.05, 0.3, 0.0, 0.0, 0.0, 0.0, 1e-6, *([1e-4] * _NB), *([0.0] * _NB)])
-_HI = np.array([1.0, 4096.0, 1.0, 1.0, 2e-4, 3.0, 1.0, 3.0, 1e-4, *([0.05] * _NB), *([0.5] * _NB)])
+# shared: 9 values; then per backend, in blocks of _NB: step overhead, TTFT fixed, KV-wait weight
+_BLOCKS = 3
+_LO = np.array(
+    [0.1, 1.0, 0.05, 0.3, 0.0, 0.0, 0.0, 0.0, 1e-6, *([1e-4] * _NB), *([0.0] * _NB), *([0.0] * _NB)]
+)
+_HI = np.array(
+    [1.0, 4096.0, 1.0, 1.0, 2e-4, 3.0, 1.0, 3.0, 1e-4, *([0.05] * _NB), *([0.5] * _NB), *([3.0] * _NB)]
+)
 
 
 def _to_params(x: np.ndarray) -> dict[str, ServingParams]:
@@ -102,7 +108,13 @@ def _to_params(x: np.ndarray) -> dict[str, ServingParams]:
         comm=CommParams(latency_s=float(x[8])),
     )  # fmt: skip
     return {
-        b: replace(base, step_overhead_s=float(x[9 + i]), ttft_fixed_s=float(x[9 + _NB + i]))
+        b: replace(
+            base,
+            step_overhead_s=float(x[9 + i]),
+            ttft_fixed_s=float(x[9 + _NB + i]),
+            w_kv_wait=float(x[9 + 2 * _NB + i]),
+            kv_output_share=1.0 if b == "trtllm" else 0.5,
+        )
         for i, b in enumerate(BACKENDS)
     }
 
@@ -111,7 +123,9 @@ def _x0(p: ServingParams) -> np.ndarray:
     head = [p.e_gemm, p.n_half, p.e_attn, p.e_mem, p.layer_overhead_s, p.w_mix, p.w_queue, p.w_kv_wait,
             p.comm.latency_s]  # fmt: skip
     x: np.ndarray = np.clip(
-        np.array([*head, *([p.step_overhead_s] * _NB), *([p.ttft_fixed_s] * _NB)]), _LO, _HI
+        np.array([*head, *([p.step_overhead_s] * _NB), *([p.ttft_fixed_s] * _NB), *([p.w_kv_wait] * _NB)]),
+        _LO,
+        _HI,
     )
     return x
 
@@ -143,15 +157,16 @@ def fit(
     present = [i for i, b in enumerate(BACKENDS) if any(r.backend == b for r in rows)]
     absent = [i for i in range(_NB) if i not in present]
     # a backend with no rows keeps no parameters of its own: it takes the median of the others
-    free = [i for i in range(len(_LO)) if not any(i in (9 + a, 9 + _NB + a) for a in absent)]
+    own = {9 + k * _NB + a for a in absent for k in range(_BLOCKS)}
+    free = [i for i in range(len(_LO)) if i not in own]
     x_full = _x0(start)
 
     def expand(xf: np.ndarray) -> np.ndarray:
         x = x_full.copy()
         x[free] = xf
         for a in absent:
-            x[9 + a] = float(np.median([x[9 + i] for i in present]))
-            x[9 + _NB + a] = float(np.median([x[9 + _NB + i] for i in present]))
+            for k in range(_BLOCKS):
+                x[9 + k * _NB + a] = float(np.median([x[9 + k * _NB + i] for i in present]))
         return x
 
     sol = least_squares(
