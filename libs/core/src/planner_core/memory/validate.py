@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from planner_core.memory.breakdown import predict_stage
+from planner_core.memory.breakdown import predict_memory, predict_stage
 from planner_core.memory.failure import predict_failure
 from planner_core.memory.params import DEFAULT_PARAMS, MemoryParams
 from planner_core.memory.reports import MemoryReport, SkippedRow
@@ -86,11 +86,12 @@ def _pct(pred: float, ref: float | None) -> float | None:
     return None if ref is None or ref == 0 else (pred - ref) / ref * 100.0
 
 
-def _concurrency(model: ModelConfig, r: MemoryReport, blocks: int) -> float:
-    """Requests of the reported per-request length (else max_model_len) that ``blocks`` hold."""
+def _concurrency(model: ModelConfig, r: MemoryReport, blocks: int, stage: int = 0) -> float:
+    """Requests of the reported per-request length (else max_model_len) that ``blocks`` of PP stage
+    ``stage`` hold."""
     s = r.settings
     kv_dtype = model_dtype(model, s) if s.kv_cache_dtype == "auto" else s.kv_cache_dtype
-    share = len(stage_layers(model.num_layers, s.pp, 0)) / model.num_layers
+    share = len(stage_layers(model.num_layers, s.pp, stage)) / model.num_layers
     per_token = model.kv_bytes_per_token(kv_dtype, s.tp) * share
     tokens = r.max_concurrency_tokens_per_req or s.max_model_len
     per_req = model.kv_bytes_per_request(tokens, kv_dtype, s.tp) * share
@@ -123,12 +124,15 @@ def check_row(r: MemoryReport, model: ModelConfig, params: MemoryParams = DEFAUL
         )
     else:
         b = predict_stage(model, r.gpu_total_gib, s, params, stage=0)
+        # GiB figures are rank 0's; KV tokens are the fewest over the PP stages (vLLM sizes every
+        # stage's cache to it), and concurrency follows those tokens
+        tightest = predict_memory(model, r.gpu_total_gib, s, params)
         pred = {
             "weights_gib": b.weights_gib,
             "non_kv_gib": b.budget_gib - b.kv_cache_gib,
             "kv_cache_gib": b.kv_cache_gib,
-            "kv_cache_tokens": float(b.kv_cache_tokens),
-            "max_concurrency": _concurrency(model, r, b.num_gpu_blocks),
+            "kv_cache_tokens": float(tightest.kv_cache_tokens),
+            "max_concurrency": _concurrency(model, r, tightest.num_gpu_blocks, tightest.stage),
         }
         failure = predict_failure(b, s)
     errors: dict[str, float] = {}
