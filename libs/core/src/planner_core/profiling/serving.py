@@ -51,6 +51,8 @@ class ServingParams:
     # share of the output a running request holds in KV on average: vLLM and SGLang allocate blocks
     # as tokens come (a request holds isl + osl/2 on average), TRT-LLM reserves isl + osl up front
     kv_output_share: float = 0.5
+    # routed experts stream at this share of the dense weights' bandwidth (many small grouped GEMMs)
+    moe_efficiency: float = 1.0
     comm: CommParams = field(default_factory=CommParams)
     mem_util: float = 0.9
 
@@ -119,11 +121,12 @@ def _shape(model: ModelConfig, pt: ServingPoint) -> _Shape:
     )
 
 
-def _weights_read(s: _Shape, tokens: int) -> float:
+def _weights_read(s: _Shape, tokens: int, moe_efficiency: float = 1.0) -> float:
+    """Bytes of weights one pass streams, in dense-weight equivalents."""
     if s.experts == 0:
         return s.dense_bytes
     touched = s.experts * (1.0 - (1.0 - s.topk / s.experts) ** max(tokens, 1))
-    return s.dense_bytes + s.expert_bytes * touched * s.moe_layers
+    return s.dense_bytes + s.expert_bytes * touched * s.moe_layers / moe_efficiency
 
 
 def pass_s(
@@ -135,7 +138,7 @@ def pass_s(
     eff = p.e_gemm * new_tokens / (new_tokens + p.n_half)
     compute = s.lin_flops_token * new_tokens / (_peak_flops(gpu, fmt) * eff)
     compute += s.attn_flops_pair * pairs / (gpu.bf16_tflops * 1e12 * p.e_attn)
-    memory = (_weights_read(s, new_tokens) + s.kv_token_bytes * kv_read_tokens) / (
+    memory = (_weights_read(s, new_tokens, p.moe_efficiency) + s.kv_token_bytes * kv_read_tokens) / (
         gpu.hbm_gb_s * 1e9 * p.e_mem
     )
     comm = pass_comm_s(new_tokens, s.hidden, s.layers, tp, gpu, 2.0, p.comm)

@@ -89,15 +89,17 @@ _NAMES = (
     "w_queue",
     "w_kv_wait",
     "comm_lat",
+    "moe_efficiency",
 )
 _NB = len(BACKENDS)
-# shared: 9 values; then per backend, in blocks of _NB: step overhead, TTFT fixed, KV-wait weight
+# shared: _NS values; then per backend, in blocks of _NB: step overhead, TTFT fixed, KV-wait weight
 _BLOCKS = 3
+_NS = len(_NAMES)
 _LO = np.array(
-    [0.1, 1.0, 0.05, 0.3, 0.0, 0.0, 0.0, 0.0, 1e-6, *([1e-4] * _NB), *([0.0] * _NB), *([0.0] * _NB)]
+    [0.1, 1.0, 0.05, 0.3, 0.0, 0.0, 0.0, 0.0, 1e-6, 0.1, *([1e-4] * _NB), *([0.0] * _NB), *([0.0] * _NB)]
 )
 _HI = np.array(
-    [1.0, 4096.0, 1.0, 1.0, 2e-4, 3.0, 1.0, 3.0, 1e-4, *([0.05] * _NB), *([0.5] * _NB), *([3.0] * _NB)]
+    [1.0, 4096.0, 1.0, 1.0, 2e-4, 3.0, 1.0, 3.0, 1e-4, 1.0, *([0.05] * _NB), *([0.5] * _NB), *([3.0] * _NB)]
 )
 
 
@@ -105,14 +107,14 @@ def _to_params(x: np.ndarray) -> dict[str, ServingParams]:
     base = ServingParams(
         e_gemm=float(x[0]), n_half=float(x[1]), e_attn=float(x[2]), e_mem=float(x[3]),
         layer_overhead_s=float(x[4]), w_mix=float(x[5]), w_queue=float(x[6]), w_kv_wait=float(x[7]),
-        comm=CommParams(latency_s=float(x[8])),
+        comm=CommParams(latency_s=float(x[8])), moe_efficiency=float(x[9]),
     )  # fmt: skip
     return {
         b: replace(
             base,
-            step_overhead_s=float(x[9 + i]),
-            ttft_fixed_s=float(x[9 + _NB + i]),
-            w_kv_wait=float(x[9 + 2 * _NB + i]),
+            step_overhead_s=float(x[_NS + i]),
+            ttft_fixed_s=float(x[_NS + _NB + i]),
+            w_kv_wait=float(x[_NS + 2 * _NB + i]),
             kv_output_share=1.0 if b == "trtllm" else 0.5,
         )
         for i, b in enumerate(BACKENDS)
@@ -121,7 +123,7 @@ def _to_params(x: np.ndarray) -> dict[str, ServingParams]:
 
 def _x0(p: ServingParams) -> np.ndarray:
     head = [p.e_gemm, p.n_half, p.e_attn, p.e_mem, p.layer_overhead_s, p.w_mix, p.w_queue, p.w_kv_wait,
-            p.comm.latency_s]  # fmt: skip
+            p.comm.latency_s, p.moe_efficiency]  # fmt: skip
     x: np.ndarray = np.clip(
         np.array([*head, *([p.step_overhead_s] * _NB), *([p.ttft_fixed_s] * _NB), *([p.w_kv_wait] * _NB)]),
         _LO,
@@ -157,7 +159,7 @@ def fit(
     present = [i for i, b in enumerate(BACKENDS) if any(r.backend == b for r in rows)]
     absent = [i for i in range(_NB) if i not in present]
     # a backend with no rows keeps no parameters of its own: it takes the median of the others
-    own = {9 + k * _NB + a for a in absent for k in range(_BLOCKS)}
+    own = {_NS + k * _NB + a for a in absent for k in range(_BLOCKS)}
     free = [i for i in range(len(_LO)) if i not in own]
     x_full = _x0(start)
 
@@ -166,7 +168,7 @@ def fit(
         x[free] = xf
         for a in absent:
             for k in range(_BLOCKS):
-                x[9 + k * _NB + a] = float(np.median([x[9 + k * _NB + i] for i in present]))
+                x[_NS + k * _NB + a] = float(np.median([x[_NS + k * _NB + i] for i in present]))
         return x
 
     sol = least_squares(
