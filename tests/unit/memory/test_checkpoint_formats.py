@@ -174,3 +174,25 @@ def test_missing_field_is_named() -> None:
     del mla["qk_rope_head_dim"]
     with pytest.raises(ModelConfigError, match="'qk_rope_head_dim' is missing"):
         parse_hf_config(mla, "t")
+
+
+def test_cli_unknown_quantization_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from planner_cli.commands import autotune, profile
+
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps(_llama(quantization_config={"quant_method": "hqq", "nbits": 4})))
+    parser = argparse.ArgumentParser()
+    autotune.add_arguments(parser)
+    assert autotune.run(parser.parse_args(["--model", str(cfg), "--gpu", "h100", "--tp", "1"])) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unsupported quantization_config.quant_method 'hqq'" in err
+    cfg.write_text(json.dumps(_llama()))
+    parser = argparse.ArgumentParser()
+    profile.add_arguments(parser)
+    args = parser.parse_args(["--estimate", "--model", str(cfg), "--gpu", "h100", "--quant", "int3",
+                              "--out", str(tmp_path / "o")])  # fmt: skip
+    assert profile.run(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--quantization: unsupported method 'int3'" in err
