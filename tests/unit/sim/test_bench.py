@@ -123,7 +123,7 @@ def test_bench_frontier_and_calibrated_peak(
     assert t["rate_scale"] > 1.0
     rows = {p["policy"]: p for p in t["policies"]}
     assert set(rows) == {"static"}
-    assert len(rows["static"]["frontier"]) == 7
+    assert len(rows["static"]["frontier"]) == 9
     static = rows["static"]
     # more fleet, more GPU-hours; the biggest static fleet meets the SLA
     gh = [q["gpu_hours"] for q in static["frontier"]]

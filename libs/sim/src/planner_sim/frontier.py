@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 KNOBS: dict[str, tuple[str, tuple[float, ...]]] = {
-    "static": ("fleet x average need", (0.8, 1.0, 1.2, 1.4, 1.7, 2.0, 2.5)),
+    "static": ("fleet x average need", (0.6, 0.7, 0.8, 1.0, 1.2, 1.4, 1.7, 2.0, 2.5)),
     "threshold": ("threshold factor", (0.2, 0.35, 0.5, 0.7, 1.0)),
     "sla": ("forecast headroom", (1.0, 1.2, 1.4, 1.7, 2.0, 2.5)),
     "load": ("SLA target factor", (0.25, 0.4, 0.6, 0.8, 1.0, 1.5)),
-    "combined": ("target attainment", (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999)),
+    "combined": ("target attainment", (0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999)),
 }
 """Per policy family: the knob's name and its sweep."""
 
