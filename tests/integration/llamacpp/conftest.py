@@ -1,8 +1,8 @@
 """Fixtures for tests that run a real llama-server (llama.cpp) on the tiny generated model.
 
-The binary comes from ``PLANNER_LLAMA_SERVER`` (``.ci/run`` sets it from
-``scripts/ensure-llama-server.sh``). Locally, without it, these tests skip with a message saying how
-to get it; under ``CI=true`` a missing binary fails them instead (CI must not pass by skipping).
+The binary comes from ``PLANNER_LLAMA_SERVER``, else the copy ``scripts/ensure-llama-server.sh``
+caches (``just test`` runs it first), else PATH. Without one these tests skip with a message saying
+how to get it; under ``CI=true`` a missing binary fails them instead (CI must not pass by skipping).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from planner_runtime.llamacpp.binary import ENV_VAR
+from planner_runtime.llamacpp.binary import ENV_VAR, cache_root, find_llama_server
 from planner_runtime.llamacpp.server import LlamaServer
 from planner_runtime.llamacpp.tinymodel import ensure_tiny_llama
 
 HOW = (
-    "run `scripts/ensure-llama-server.sh` (builds once, ~10 min) and export PLANNER_LLAMA_SERVER=<its output>"
+    "run `scripts/ensure-llama-server.sh` (builds once into ~/.cache/planner, ~6-10 min; `just test` does it)"
 )
 
 
@@ -28,17 +28,18 @@ def _in_ci() -> bool:
 
 @pytest.fixture(scope="session")
 def llama_server_bin() -> Path:
-    configured = os.environ.get(ENV_VAR, "")
+    """``PLANNER_LLAMA_SERVER``, else the cached build, else ``llama-server`` on PATH."""
     problem = ""
-    if not configured:
-        problem = f"{ENV_VAR} is not set"
-    elif not (Path(configured).is_file() and os.access(configured, os.X_OK)):
-        problem = f"{ENV_VAR}={configured} is not an executable file"
-    if problem:
+    try:
+        found = find_llama_server()
+    except FileNotFoundError as exc:  # PLANNER_LLAMA_SERVER set but not runnable
+        found, problem = None, str(exc)
+    if found is None:
+        problem = problem or f"{ENV_VAR} unset, nothing cached under {cache_root()}, none on PATH"
         if _in_ci():
-            pytest.fail(f"llama-server needed under CI: {problem}; .ci/run must {HOW}")
+            pytest.fail(f"llama-server needed under CI: {problem}; {HOW}")
         pytest.skip(f"no llama-server: {problem}; {HOW}")
-    return Path(configured)
+    return found
 
 
 @pytest.fixture(scope="session")
