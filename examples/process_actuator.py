@@ -1,9 +1,7 @@
 """Write your own actuator: each worker is a local process (``--worker-cmd``), pid files in ``--run-dir``.
 
-The actuation core (planner_runtime.actuation) does the protocol: decisions, take-over, acks,
-desired counts, external changes, drains, ReplicaStatus. A backend only lists, starts, drains and
-removes workers. This one passes the same conformance suite as actuator-circus and actuator-k8s
-(tests/integration/actuators/test_conformance.py).
+The actuation core (planner_runtime.actuation) follows the decision protocol; a backend only lists,
+starts, drains and removes workers. Passes the actuator conformance suite, like circus and k8s.
 
     python examples/process_actuator.py --namespace default --worker-cmd "sleep 86400"
 """
@@ -11,12 +9,12 @@ removes workers. This one passes the same conformance suite as actuator-circus a
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import shlex
 import signal
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 
 from planner_runtime.actuation import ActuatorService, Backend, Seen, WorkerRecord
@@ -32,21 +30,16 @@ class ProcessSettings(ActuatorSettings, frozen=True, kw_only=True):
 
 
 def alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
+    with suppress(ChildProcessError):  # not our child: a previous holder started it
         if os.waitpid(pid, os.WNOHANG)[0]:
             return False  # our child, and it exited (now reaped)
-    except ChildProcessError:
-        pass  # not our child (started by a previous holder)
-    try:
+    with suppress(ProcessLookupError):
         os.kill(pid, 0)
         return True
-    except ProcessLookupError:
-        return False
+    return False
 
 
-class ProcessBackend:
+class ProcessBackend(Backend):
     def __init__(self, s: ProcessSettings) -> None:
         self.s, self.dir = s, Path(s.run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -54,30 +47,25 @@ class ProcessBackend:
     def components(self) -> Sequence[str]:
         return ["prefill", "decode", "agg"]
 
-    def gpus_per_replica(self, component: str) -> int:
-        return 0
-
-    def admit(self, targets: Mapping[str, int], running: Sequence[WorkerRecord]) -> str:
-        return ""  # no budget: any count is fine
-
-    def _pid(self, name: str) -> int:
+    def live_pid(self, name: str) -> int:
         f = self.dir / f"{name}.pid"
-        return int(f.read_text()) if f.exists() else 0
+        pid = int(f.read_text()) if f.exists() else 0
+        return pid if pid and alive(pid) else 0  # never alive(0): waitpid(0) is any child
 
     async def workers(self, known: Mapping[str, WorkerRecord]) -> list[Seen]:
-        out = []
+        seen = []
         for f in sorted(self.dir.glob("*.pid")):
-            comp, _, index = f.stem.rpartition("-")
+            component, _, index = f.stem.rpartition("-")
             if alive(int(f.read_text())):
-                out.append(Seen(name=f.stem, component=comp, ready=True, index=int(index)))
+                seen.append(Seen(name=f.stem, component=component, ready=True, index=int(index)))
             else:
                 f.unlink()  # exited: gone (an external change unless it was draining)
-        return out
+        return seen
 
     async def start(self, component: str, count: int, known: Sequence[WorkerRecord]) -> list[WorkerRecord]:
-        used, started = {w.index for w in known if w.component == component}, []
-        for index in itertools.islice((i for i in itertools.count() if i not in used), count):
-            argv = shlex.split(self.s.worker_cmd)
+        used = {w.index for w in known if w.component == component}
+        argv, started = shlex.split(self.s.worker_cmd), []
+        for index in [i for i in range(len(used) + count) if i not in used][:count]:
             pid = await asyncio.to_thread(os.posix_spawnp, argv[0], argv, dict(os.environ), setsid=True)
             name = f"{component}-{index}"
             (self.dir / f"{name}.pid").write_text(str(pid))
@@ -87,12 +75,11 @@ class ProcessBackend:
         return started
 
     async def drain(self, workers: Sequence[WorkerRecord]) -> None:
-        for pid in filter(alive, (self._pid(w.name) for w in workers)):
+        for pid in filter(None, (self.live_pid(w.name) for w in workers)):
             os.kill(pid, signal.SIGTERM)
 
     async def remove(self, worker: WorkerRecord) -> bool:
-        pid = self._pid(worker.name)
-        if pid and alive(pid):
+        if pid := self.live_pid(worker.name):
             if time.time() > worker.drain_started_at_s + self.s.drain_timeout_s:
                 os.kill(pid, signal.SIGKILL)
             return False

@@ -14,19 +14,23 @@ from planner_runtime.actuation.records import Seen, WorkerRecord
 
 
 class Backend(Protocol):
+    """Implement it structurally, or subclass it to inherit the defaults of ``gpus_per_replica`` and
+    ``admit`` (a backend without GPUs or a budget)."""
+
     def components(self) -> Sequence[str]:
         """The components this backend manages; other targets of a decision are left alone."""
         ...
 
     def gpus_per_replica(self, component: str) -> int:
-        """For ReplicaStatus (how many GPUs one replica of ``component`` holds)."""
-        ...
+        """For ReplicaStatus (how many GPUs one replica of ``component`` holds). Default: none."""
+        return 0
 
     def admit(self, targets: Mapping[str, int], running: Sequence[WorkerRecord]) -> str:
         """Why a decision with ``targets`` cannot be applied ("" when it can). ``running``: the workers
         not draining. Called once per new decision, before anything is changed: a rejected decision
-        is acked ``failed`` (a backend may also reset per-decision retry budgets here)."""
-        ...
+        is acked ``failed`` (a backend may also reset per-decision retry budgets here). Default: no
+        budget, any targets are fine."""
+        return ""
 
     async def workers(self, known: Mapping[str, WorkerRecord]) -> list[Seen]:
         """Every worker of the managed components that exists now, draining ones included.
