@@ -3,7 +3,7 @@
 Everything is real and in its own process: an embedded nats-server, synthetic engines (a few
 processes owning one ZMQ PUB socket per engine, registered in ``planner_engines``), 3 fpm-relays
 sharing the engines (KV discovery + claims, or static lists), one regression and one decider. See
-``benchmarks/scale/harness.py`` for what is measured and how.
+``benchmarks/scale/pipeline.py`` for what is measured and how.
 
 Rate: a decode engine runs one forward pass per generated token step, 20-40 ms each under load, i.e.
 25-50 FPM/s; 25/s (40 ms large-batch passes) is the realistic target, with 10% of the engines idle
@@ -31,8 +31,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scale.atscale import measure as measure_atscale
+from scale.config import ScaleConfig
 from scale.fanin import measure
-from scale.harness import ScaleConfig, extrapolate, run
+from scale.pipeline import run
+from scale.report import extrapolate
 
 
 def _ms(v: float | None) -> str:

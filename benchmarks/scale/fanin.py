@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from planner_runtime.natsd import NatsServer, free_port
-from scale.harness import proc_cpu_s, scrape, total
+from scale.readings import proc_cpu_s, scrape, total
 
 HERE = Path(__file__).resolve().parent
 NS = "scale"

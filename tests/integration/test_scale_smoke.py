@@ -11,7 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from scale.harness import ScaleConfig, run
+from scale.config import ScaleConfig
+from scale.pipeline import run
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
