@@ -55,3 +55,22 @@ class WorkerLoadSample(msgspec.Struct, frozen=True, kw_only=True):
     engine_steps_total: NonNegFloat = 0.0
     step_width_total: NonNegFloat = 0.0
     """Batch width summed over engine steps (vLLM: tokens per step; llama.cpp: busy slots per decode)."""
+    # Appended: the TTFT and ITL histograms' buckets, cumulative like the sums (one interval's bucket
+    # deltas give its quantiles, as histogram_quantile over a rate does). ``*_bucket_le_s`` are the
+    # finite upper bounds, ascending; ``*_bucket_counts`` one count per bound, then the +Inf bucket's.
+    # Empty when the engine exports no buckets.
+    ttft_bucket_le_s: tuple[float, ...] = ()
+    ttft_bucket_counts: tuple[NonNegFloat, ...] = ()
+    itl_bucket_le_s: tuple[float, ...] = ()
+    itl_bucket_counts: tuple[NonNegFloat, ...] = ()
+    # ITL observations where no inter-token histogram is exported (and a cross-check where one is):
+    # vLLM's per-request decode phase (first to last token) over the tokens after the first, and
+    # SGLang's generation throughput gauge (a step carries every running request: ITL = running / it).
+    decode_seconds_sum: NonNegFloat = 0.0
+    """Decode-phase seconds summed over finished requests (vLLM ``request_decode_time_seconds``)."""
+    decode_seconds_count: NonNegFloat = 0.0
+    """Finished requests counted in ``decode_seconds_sum``."""
+    decode_output_tokens_sum: NonNegFloat = 0.0
+    """Output tokens of the finished requests (vLLM ``request_generation_tokens``)."""
+    gen_throughput_tokens_per_s: NonNegFloat = 0.0
+    """The engine's latest generation throughput, a gauge (SGLang ``gen_throughput``)."""

@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from planner_fpm_relay.scrape.adapters import CORE_QUANTITIES, LoadReading, ScrapeError, read_load
+from planner_fpm_relay.scrape.adapters import (
+    CORE_QUANTITIES,
+    READING_FIELDS,
+    LoadReading,
+    ScrapeError,
+    read_load,
+)
 from planner_fpm_relay.scrape.http import dechunk, split_response
+from planner_proto import WorkerLoadSample, decode, encode
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -53,6 +60,91 @@ def test_latency_histogram_sums_and_counts(
     assert (got.ttft_seconds_sum, got.ttft_seconds_count) == pytest.approx(ttft)
     assert (got.itl_seconds_sum, got.itl_seconds_count) == pytest.approx(itl)
     assert not {"ttft_seconds_sum", "itl_seconds_sum"} & set(got.missing)
+
+
+@pytest.mark.parametrize(
+    ("kind", "fixture", "ttft", "itl"),
+    [
+        # summed by le over the two DP engines: (4+1, 10+2, 18+4, 20+4); ITL from engine 0 only
+        ("vllm", "vllm.txt", ((0.05, 0.1, 0.25), (5.0, 12.0, 22.0, 24.0)),
+         ((0.01, 0.025, 0.05), (100.0, 400.0, 470.0, 480.0))),
+        ("sglang", "sglang.txt", ((0.1, 0.5), (20.0, 90.0, 100.0)), ((0.02, 0.05), (500.0, 900.0, 1000.0))),
+        ("trtllm", "trtllm.txt", ((0.1,), (8.0, 11.0)), ((0.02,), (70.0, 79.0))),
+        ("llamacpp", "llamacpp.txt", ((), ()), ((), ())),  # no histograms, and none expected
+    ],
+)  # fmt: skip
+def test_latency_histogram_buckets(
+    kind: str,
+    fixture: str,
+    ttft: tuple[tuple[float, ...], tuple[float, ...]],
+    itl: tuple[tuple[float, ...], tuple[float, ...]],
+) -> None:
+    got = read_load(kind, (FIXTURES / fixture).read_text())
+    assert (got.ttft_bucket_le_s, got.ttft_bucket_counts) == ttft
+    assert (got.itl_bucket_le_s, got.itl_bucket_counts) == itl
+    assert not {"ttft_bucket_counts", "itl_bucket_counts"} & set(got.missing)
+
+
+@pytest.mark.parametrize(
+    ("bucket", "why"),
+    [("NaN", "a NaN count"), ("-1", "a negative count")],
+)
+def test_untrustworthy_buckets_are_reported_missing(bucket: str, why: str) -> None:
+    text = (
+        "vllm:num_requests_running 1\n"
+        f'vllm:time_to_first_token_seconds_bucket{{le="0.1"}} {bucket}\n'
+        'vllm:time_to_first_token_seconds_bucket{le="+Inf"} 4\n'
+        "vllm:time_to_first_token_seconds_count 4\nvllm:time_to_first_token_seconds_sum 0.2\n"
+    )
+    got = read_load("vllm", text)
+    assert got.ttft_bucket_counts == () and "ttft_bucket_counts" in got.missing, why
+    assert (got.ttft_seconds_sum, got.ttft_seconds_count) == (0.2, 4.0)  # the mean is still read
+
+
+def test_buckets_without_inf_are_not_a_histogram() -> None:
+    text = 'vllm:num_requests_running 1\nvllm:inter_token_latency_seconds_bucket{le="0.1"} 4\n'
+    got = read_load("vllm", text)
+    assert got.itl_bucket_le_s == () and "itl_bucket_counts" in got.missing
+
+
+def test_vllm_decode_time_and_output_tokens() -> None:
+    got = read_load("vllm", (FIXTURES / "vllm.txt").read_text())
+    # 18 finished requests decoded 9.0 s over 468 tokens: (468 - 18) gaps of 20 ms, the ITL mean
+    assert (got.decode_seconds_sum, got.decode_seconds_count, got.decode_output_tokens_sum) == (
+        9.0,
+        18.0,
+        468.0,
+    )
+    assert got.decode_seconds_sum / (
+        got.decode_output_tokens_sum - got.decode_seconds_count
+    ) == pytest.approx(got.itl_seconds_sum / got.itl_seconds_count)
+    assert "gen_throughput_tokens_per_s" not in got.missing  # not a vLLM quantity
+
+
+def test_sglang_gen_throughput() -> None:
+    got = read_load("sglang", (FIXTURES / "sglang.txt").read_text())
+    assert got.gen_throughput_tokens_per_s == 812.5
+    assert "decode_seconds_sum" not in got.missing  # not an SGLang quantity
+    older = "sglang:num_running_reqs 4\nsglang:generation_tokens_total 100\n"
+    got = read_load("sglang", older)
+    assert "gen_throughput_tokens_per_s" in got.missing and "itl_seconds_sum" in got.missing
+
+
+def test_published_sample_round_trips_and_older_samples_still_decode() -> None:
+    reading = read_load("vllm", (FIXTURES / "vllm.txt").read_text())
+    sample = WorkerLoadSample(
+        worker_id="w",
+        engine_kind="vllm",
+        observed_at_s=1.0,
+        **{f: getattr(reading, f) for f in READING_FIELDS},
+    )
+    assert decode(encode(sample), WorkerLoadSample) == sample  # +Inf is implied, JSON never sees it
+    # a sample from a relay before buckets and the ITL fallbacks: the new fields take their defaults
+    older = b'{"worker_id":"w","engine_kind":"vllm","observed_at_s":1.0,"itl_seconds_sum":2.0}'
+    got = decode(older, WorkerLoadSample)
+    assert (
+        got.itl_seconds_sum == 2.0 and got.itl_bucket_counts == () and got.gen_throughput_tokens_per_s == 0.0
+    )
 
 
 def test_vllm_older_itl_name_and_steps() -> None:

@@ -1,8 +1,12 @@
 """A fleet of stock llama.cpp servers (scrape path only, no FPM): the regression service's snapshot
 carries the coarser model learned from their counters, and the decider's load policy scales on it:
-up while every slot is busy and requests are deferred, back down when the fleet idles."""
+up while every slot is busy and requests are deferred, back down when the fleet idles. A vLLM worker's
+histogram buckets become the service's quantile gauges; an engine restart is a counted skip."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -10,6 +14,7 @@ import pytest
 from planner_core.policy import PolicyConfig, load_policy
 from planner_core.policy.estimator import SnapshotEstimator
 from planner_core.regression import OnlineRegression
+from planner_fpm_relay.scrape.adapters import READING_FIELDS, read_load
 from planner_proto import (
     Component,
     ComponentSnapshot,
@@ -122,3 +127,40 @@ async def test_load_policy_scales_a_scraped_llamacpp_fleet_up_and_down() -> None
     snap = svc.update(cs, t)
     target, reason = decide(snap, 2)
     assert target == 2 and reason is Reason.NO_CHANGE, (target, reason)
+
+
+SEQUENCE = Path(__file__).parent.parent / "regression" / "fixtures" / "vllm_sequence.txt"
+
+
+async def test_bucket_quantiles_and_counter_resets_reach_the_service_metrics() -> None:
+    svc, cs = make()
+    on_load = svc._load_handler(cs)
+    subj = Subjects("n").load(Component.AGG, "v0")
+    blocks = [b for b in re.split(r"(?m)^(?=# scrape t=)", SEQUENCE.read_text()) if b.strip()]
+    samples = []
+    for k, block in enumerate(blocks[:12]):
+        reading = read_load("vllm", block)
+        fields = {f: getattr(reading, f) for f in READING_FIELDS}
+        samples.append(WorkerLoadSample(worker_id="v0", engine_kind="vllm", observed_at_s=10.0 * k, **fields))
+    for sample in samples:
+        await on_load(sample, subj)
+    # the engine restarts: its counters start again from the first exposition's
+    await on_load(msgspec.structs.replace(samples[1], observed_at_s=200.0), subj)
+    svc.update(cs, 200.0)
+    value = svc.registry.get_sample_value
+    p50 = value(
+        "planner_regression_scraped_latency_seconds",
+        {"component": "agg", "quantity": "itl", "quantile": "0.5"},
+    )
+    p99 = value(
+        "planner_regression_scraped_latency_seconds",
+        {"component": "agg", "quantity": "itl", "quantile": "0.99"},
+    )
+    # interval ITLs are 8 ms + 1.5 ms x a batch of 1..32 (<= 56 ms), the stall at k=11 three times
+    # that: the median in the body, the p99 in the stall's (0.075, 0.1] or (0.1, 0.15] bucket
+    assert p50 is not None and p99 is not None and 0.01 < p50 <= 0.05 < 0.075 < p99 <= 0.15
+    assert (
+        value("planner_regression_scraped_skipped_total", {"component": "agg", "reason": "counter_reset"})
+        == 1.0
+    )
+    assert cs.scraped.intervals == 11

@@ -90,6 +90,24 @@ class RegressionMetrics:
             ["component", "quantity"],
             registry=r,
         )
+        self.scraped_skipped = Counter(
+            "planner_regression_scraped_skipped",
+            "Pairs of scraped samples that gave no interval, by reason (counter_reset, idle, not_later)",
+            ["component", "reason"],
+            registry=r,
+        )
+        self.scraped_latency = Gauge(
+            "planner_regression_scraped_latency_seconds",
+            "TTFT and ITL quantiles over the newest scraped intervals, from the engines' histogram buckets",
+            ["component", "quantity", "quantile"],
+            registry=r,
+        )
+        self.scraped_itl_check = Gauge(
+            "planner_regression_scraped_itl_cross_check_ratio",
+            "Median of histogram ITL over per-request decode time / output tokens (vLLM; 1 = agree)",
+            ["component"],
+            registry=r,
+        )
         self.persist_errors = Counter(
             "planner_regression_persist_errors", "Failed writes of model state to KV", registry=r
         )
@@ -291,10 +309,27 @@ class RegressionService(Service[RegressionSettings]):
         model = snap.model
         m.ready.labels(comp).set(1.0 if model is not None and model.ready else 0.0)
         m.samples.labels(comp).set(model.num_samples if model is not None else 0)
-        if cs.scraped.intervals:
-            for quantity, fit in (("itl", cs.scraped.itl_fit()), ("ttft", cs.scraped.ttft_fit())):
-                m.scraped_ready.labels(comp, quantity).set(1.0 if fit.ready else 0.0)
-                m.scraped_points.labels(comp, quantity).set(fit.num_points)
+        self._report_scraped(cs)
+
+    def _report_scraped(self, cs: ComponentState) -> None:
+        m, comp, scraped = self.metrics, cs.component, cs.scraped
+        for reason, n in scraped.skipped.items():
+            key = f"scraped_skipped:{reason}"
+            if n > cs.reported.get(key, 0):
+                m.scraped_skipped.labels(comp, reason).inc(n - cs.reported.get(key, 0))
+                cs.reported[key] = n
+        if not scraped.intervals:
+            return
+        for quantity, fit in (("itl", scraped.itl_fit()), ("ttft", scraped.ttft_fit())):
+            m.scraped_ready.labels(comp, quantity).set(1.0 if fit.ready else 0.0)
+            m.scraped_points.labels(comp, quantity).set(fit.num_points)
+        for hist in ("ttft", "itl"):
+            qs = scraped.recent_quantiles(hist)
+            if qs is not None:
+                for label, v in (("0.5", qs.p50_s), ("0.9", qs.p90_s), ("0.99", qs.p99_s)):
+                    m.scraped_latency.labels(comp, hist, label).set(v)
+        if scraped.itl_cross_check is not None:
+            m.scraped_itl_check.labels(comp).set(scraped.itl_cross_check)
 
     # ---- persistence and shutdown --------------------------------------------------------------
     async def persist(self, force: bool = False) -> None:

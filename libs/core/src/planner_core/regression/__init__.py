@@ -3,6 +3,7 @@
 from planner_core.regression.averages import ShapeAverages
 from planner_core.regression.estimate import LatencyEstimate, estimate_next_itl, estimate_next_ttft
 from planner_core.regression.fit import FitMethod, LinearFit, fit_linear
+from planner_core.regression.histogram import Quantiles, bucket_quantile
 from planner_core.regression.model import (
     FEATURES,
     Admission,
@@ -17,6 +18,7 @@ from planner_core.regression.scraped import (
     ScrapedInterval,
     ScrapedSpeedModel,
     interval_between,
+    interval_or_skip,
 )
 from planner_core.regression.state import (
     RegressionState,
@@ -34,6 +36,7 @@ __all__ = [
     "LatencyEstimate",
     "LinearFit",
     "OnlineRegression",
+    "Quantiles",
     "RegressionConfig",
     "RegressionState",
     "Retention",
@@ -42,6 +45,7 @@ __all__ = [
     "ScrapedInterval",
     "ScrapedSpeedModel",
     "ShapeAverages",
+    "bucket_quantile",
     "estimate_next_itl",
     "estimate_next_ttft",
     "export_state",
@@ -49,6 +53,7 @@ __all__ = [
     "fit_linear",
     "import_state",
     "interval_between",
+    "interval_or_skip",
     "state_from_json",
     "state_to_json",
 ]

@@ -10,18 +10,25 @@ interval's mean load. The fits are the FPM path's robust estimator (IRLS, relati
 - TTFT vs queued prefill tokens: ``ttft = c + d * (waiting * mean ISL)``, the ISL of the interval
   being its prompt tokens over its first tokens.
 
+Where no inter-token histogram is exported, the ITL comes from vLLM's per-request decode time over
+the tokens after the first, else from SGLang's generation throughput gauge (a decode step carries
+every running request: ITL = running / tokens per second). The histograms' bucket deltas give the
+interval's p50/p90/p99 (``histogram_quantile`` semantics), kept for diagnostics.
+
 This is coarser than the FPM path: one point per interval, means instead of passes, loads sampled
 at the interval's ends. Pure: samples in, numbers out; time is each sample's own stamp.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from planner_core.regression.fit import FitMethod, LinearFit, fit_linear
+from planner_core.regression.histogram import Quantiles, bucket_delta, quantiles, sum_deltas
 from planner_proto import Component, LatencyModel, WorkerLoadSample
 
 SOURCE = "scraped"
@@ -29,6 +36,12 @@ SOURCE = "scraped"
 
 _STEP_WIDTH_IS_SLOTS = frozenset({"llamacpp"})
 """Kinds whose step width counter is the decode batch (busy slots), not tokens per step."""
+
+
+ItlSource = Literal["histogram", "decode_time", "gen_throughput"]
+SkipReason = Literal["not_later", "counter_reset", "idle"]
+"""Why a pair of samples gives no interval: ``counter_reset`` when a counter or a bucket count went
+backwards (the engine restarted), ``idle`` when nothing finished in between."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,21 @@ class ScrapedInterval:
     isl_tokens: float | None = None
     prefill_s_per_token: float | None = None
     """Prefill seconds over prompt tokens in the interval (engines with a prefill seconds counter)."""
+    itl_source: ItlSource = "histogram"
+    decode_itl_s: float | None = None
+    """Decode-phase seconds over the tokens after the first, of the requests finished in the
+    interval (vLLM): the ITL where no histogram is exported, a cross-check where one is."""
+    ttft_buckets: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    itl_buckets: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    """The interval's bucket counts ``(finite bounds, per-bucket cumulative deltas + the +Inf's)``."""
+
+    @property
+    def ttft_quantiles(self) -> Quantiles | None:
+        return quantiles(*self.ttft_buckets) if self.ttft_buckets is not None else None
+
+    @property
+    def itl_quantiles(self) -> Quantiles | None:
+        return quantiles(*self.itl_buckets) if self.itl_buckets is not None else None
 
 
 _COUNTERS = (
@@ -59,29 +87,66 @@ _COUNTERS = (
     "step_width_total",
     "prompt_tokens_total",
     "generation_tokens_total",
+    "decode_seconds_sum",
+    "decode_seconds_count",
+    "decode_output_tokens_sum",
 )
 
 
 def interval_between(
     prev: WorkerLoadSample, cur: WorkerLoadSample, *, min_count: float = 1.0
 ) -> ScrapedInterval | None:
-    """The interval from ``prev`` to ``cur`` (same worker), or None when there is none to learn from:
-    not later, a counter went backwards (the engine restarted), or nothing finished in between."""
+    """The interval from ``prev`` to ``cur`` (same worker), or None when there is none to learn from
+    (``interval_or_skip`` says why)."""
+    got = interval_or_skip(prev, cur, min_count=min_count)
+    return got if isinstance(got, ScrapedInterval) else None
+
+
+def interval_or_skip(
+    prev: WorkerLoadSample, cur: WorkerLoadSample, *, min_count: float = 1.0
+) -> ScrapedInterval | SkipReason:
+    """The interval from ``prev`` to ``cur`` (same worker), or why there is none: not later, a
+    counter went backwards (the engine restarted), or nothing finished in between."""
     dt = cur.observed_at_s - prev.observed_at_s
     if not dt > 0.0:
-        return None
+        return "not_later"
     d = {name: getattr(cur, name) - getattr(prev, name) for name in _COUNTERS}
     if any(v < 0.0 for v in d.values()):
-        return None
+        return "counter_reset"
+    ttft_b = bucket_delta(
+        prev.ttft_bucket_le_s, prev.ttft_bucket_counts, cur.ttft_bucket_le_s, cur.ttft_bucket_counts
+    )
+    itl_b = bucket_delta(
+        prev.itl_bucket_le_s, prev.itl_bucket_counts, cur.itl_bucket_le_s, cur.itl_bucket_counts
+    )
+    if isinstance(ttft_b, str) or isinstance(itl_b, str):
+        return "counter_reset"
     ttft = d["ttft_seconds_sum"] / d["ttft_seconds_count"] if d["ttft_seconds_count"] >= min_count else None
     itl = d["itl_seconds_sum"] / d["itl_seconds_count"] if d["itl_seconds_count"] >= min_count else None
+    load = (prev.running_requests + cur.running_requests) / 2.0
+    source: ItlSource = "histogram"
+    gaps = d["decode_output_tokens_sum"] - d["decode_seconds_count"]
+    decode_itl = (
+        d["decode_seconds_sum"] / gaps if gaps >= min_count and d["decode_seconds_sum"] > 0.0 else None
+    )
+    if itl is None and cur.itl_seconds_count <= 0.0:
+        # No inter-token histogram at all (not merely a quiet interval): the fallbacks.
+        if decode_itl is not None:
+            itl, source = decode_itl, "decode_time"
+        elif (
+            cur.gen_throughput_tokens_per_s > 0.0
+            and cur.running_requests > 0
+            and d["generation_tokens_total"] > 0.0
+        ):
+            # A gauge: it describes the batch at the interval's end, not its mean.
+            itl, source = cur.running_requests / cur.gen_throughput_tokens_per_s, "gen_throughput"
+            load = float(cur.running_requests)
     if (
         ttft is None
         and itl is None
         and not (d["prefill_seconds_total"] > 0.0 and d["prompt_tokens_total"] > 0.0)
     ):
-        return None
-    load = (prev.running_requests + cur.running_requests) / 2.0
+        return "idle"
     if cur.engine_kind in _STEP_WIDTH_IS_SLOTS and d["engine_steps_total"] > 0.0:
         load = d["step_width_total"] / d["engine_steps_total"]
     isl = None
@@ -102,6 +167,10 @@ def interval_between(
         ttft_count=d["ttft_seconds_count"],
         itl_count=d["itl_seconds_count"],
         isl_tokens=isl,
+        itl_source=source,
+        decode_itl_s=decode_itl,
+        ttft_buckets=ttft_b,
+        itl_buckets=itl_b,
     )
 
 
@@ -155,14 +224,30 @@ class ScrapedSpeedModel:
         self.min_points = min_points
         self.method: FitMethod = method
         self.intervals = 0
+        self.skipped: Counter[SkipReason] = Counter()
+        """Pairs of samples that gave no interval, by reason (counter resets among them)."""
+        self.itl_sources: Counter[ItlSource] = Counter()
+        self.recent_buckets: dict[str, deque[tuple[tuple[float, ...], tuple[float, ...]]]] = {
+            "ttft": deque(maxlen=32),
+            "itl": deque(maxlen=32),
+        }
+        """The newest intervals' bucket counts, per quantity (all workers of the component)."""
+        self.itl_check_ratio: deque[float] = deque(maxlen=64)
+        """Histogram ITL over the decode-time ITL of the same interval (vLLM exports both)."""
         self._itl: ScrapedFit | None = None
         self._ttft: ScrapedFit | None = None
 
     def observe(self, iv: ScrapedInterval) -> None:
         self.intervals += 1
+        for quantity, got in (("ttft", iv.ttft_buckets), ("itl", iv.itl_buckets)):
+            if got is not None and got[1][-1] > 0.0:
+                self.recent_buckets[quantity].append(got)
         if iv.itl_s is not None:
             self.itl_points.append((iv.decode_load, iv.itl_s))
+            self.itl_sources[iv.itl_source] += 1
             self._itl = None
+            if iv.itl_source == "histogram" and iv.decode_itl_s:
+                self.itl_check_ratio.append(iv.itl_s / iv.decode_itl_s)
         if iv.ttft_s is not None and iv.queued_prefill_tokens is not None:
             self.ttft_points.append((iv.queued_prefill_tokens, iv.ttft_s))
             self._ttft = None
@@ -172,10 +257,23 @@ class ScrapedSpeedModel:
             self.prefill_per_token.append(iv.prefill_s_per_token)
 
     def observe_samples(self, prev: WorkerLoadSample, cur: WorkerLoadSample) -> ScrapedInterval | None:
-        iv = interval_between(prev, cur)
-        if iv is not None:
-            self.observe(iv)
-        return iv
+        got = interval_or_skip(prev, cur)
+        if isinstance(got, ScrapedInterval):
+            self.observe(got)
+            return got
+        self.skipped[got] += 1
+        return None
+
+    def recent_quantiles(self, quantity: Literal["ttft", "itl"]) -> Quantiles | None:
+        """p50/p90/p99 over the newest intervals' bucket counts added up (``histogram_quantile`` of
+        ``sum by (le)``); None without buckets."""
+        total = sum_deltas(list(self.recent_buckets[quantity]))
+        return quantiles(*total) if isinstance(total, tuple) else None
+
+    @property
+    def itl_cross_check(self) -> float | None:
+        """Median of histogram ITL over decode-time ITL (1 when both tell the same story)."""
+        return float(np.median(self.itl_check_ratio)) if self.itl_check_ratio else None
 
     def itl_fit(self) -> ScrapedFit:
         if self._itl is None:

@@ -46,6 +46,15 @@ class Adapter(msgspec.Struct, frozen=True, kw_only=True):
     kv_tokens: tuple[str, ...] = ()
     kv_capacity: tuple[str, ...] = ()
     """KV tokens in use and the capacity, to derive a usage fraction when none is exported."""
+    ttft_buckets: tuple[str, ...] = ()
+    itl_buckets: tuple[str, ...] = ()
+    """The latency histograms' ``_bucket`` series (summed by ``le`` over label sets)."""
+    decode_seconds_sum: tuple[str, ...] = ()
+    decode_seconds_count: tuple[str, ...] = ()
+    decode_output_tokens: tuple[str, ...] = ()
+    """Per-request decode time and output tokens (vLLM): an ITL where no ITL histogram is exported."""
+    gen_throughput: tuple[str, ...] = ()
+    """A generation tokens/s gauge (SGLang): with the running requests, an ITL as a last resort."""
 
 
 # TRT-LLM serve has used several prefixes (``trtllm_`` on /prometheus/metrics, ``trtllm:`` when
@@ -80,6 +89,11 @@ ADAPTERS: dict[str, Adapter] = {
         prefill_seconds=("vllm:request_prefill_time_seconds_sum",),
         steps=("vllm:iteration_tokens_total_count",),
         step_width=("vllm:iteration_tokens_total_sum",),
+        ttft_buckets=_hist(_VLLM_TTFT, "bucket"),
+        itl_buckets=_hist(_VLLM_ITL, "bucket"),
+        decode_seconds_sum=("vllm:request_decode_time_seconds_sum",),
+        decode_seconds_count=("vllm:request_decode_time_seconds_count",),
+        decode_output_tokens=("vllm:request_generation_tokens_sum",),
     ),
     "sglang": Adapter(
         running=("sglang:num_running_reqs",),
@@ -91,6 +105,9 @@ ADAPTERS: dict[str, Adapter] = {
         ttft_count=_hist(_SGL_TTFT, "count"),
         itl_sum=_hist(_SGL_ITL, "sum"),
         itl_count=_hist(_SGL_ITL, "count"),
+        ttft_buckets=_hist(_SGL_TTFT, "bucket"),
+        itl_buckets=_hist(_SGL_ITL, "bucket"),
+        gen_throughput=("sglang:gen_throughput",),
     ),
     "trtllm": Adapter(
         running=_trt("num_requests_running"),
@@ -102,6 +119,8 @@ ADAPTERS: dict[str, Adapter] = {
         ttft_count=_hist(_TRT_TTFT, "count"),
         itl_sum=_hist(_TRT_ITL, "sum"),
         itl_count=_hist(_TRT_ITL, "count"),
+        ttft_buckets=_hist(_TRT_TTFT, "bucket"),
+        itl_buckets=_hist(_TRT_ITL, "bucket"),
     ),
     # llama-server --metrics: no latency histograms, but per-request seconds counters. Generation
     # seconds over generated tokens is the mean time between tokens of a request (each slot adds its
@@ -140,6 +159,14 @@ class LoadReading(msgspec.Struct, frozen=True, kw_only=True):
     prefill_seconds_total: float = 0.0
     engine_steps_total: float = 0.0
     step_width_total: float = 0.0
+    ttft_bucket_le_s: tuple[float, ...] = ()
+    ttft_bucket_counts: tuple[float, ...] = ()
+    itl_bucket_le_s: tuple[float, ...] = ()
+    itl_bucket_counts: tuple[float, ...] = ()
+    decode_seconds_sum: float = 0.0
+    decode_seconds_count: float = 0.0
+    decode_output_tokens_sum: float = 0.0
+    gen_throughput_tokens_per_s: float = 0.0
     missing: tuple[str, ...] = ()
     """Quantities the adapter reads for this kind that the text did not have (left at 0)."""
 
@@ -148,16 +175,43 @@ READING_FIELDS = tuple(f for f in LoadReading.__struct_fields__ if f != "missing
 """The LoadReading fields a WorkerLoadSample carries under the same names."""
 
 
-def samples_by_name(text: str) -> dict[str, list[float]]:
-    """Every sample's value grouped by sample name (``x_total``, not the family name ``x``)."""
+Buckets = dict[str, dict[float, list[float]]]
+"""``_bucket`` sample name -> upper bound (``le``) -> the values of every label set."""
+
+
+def samples_by_name(text: str) -> tuple[dict[str, list[float]], Buckets]:
+    """Every sample's value grouped by sample name (``x_total``, not the family name ``x``), and the
+    histogram buckets by name and upper bound."""
     out: dict[str, list[float]] = {}
+    buckets: Buckets = {}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                out.setdefault(sample.name, []).append(float(sample.value))
+                value = float(sample.value)
+                out.setdefault(sample.name, []).append(value)
+                le = sample.labels.get("le")
+                if le is not None and sample.name.endswith("_bucket"):
+                    buckets.setdefault(sample.name, {}).setdefault(float(le), []).append(value)
     except (ValueError, TypeError, IndexError, KeyError) as exc:
         raise ScrapeError("malformed", str(exc)[:200]) from None
-    return out
+    return out, buckets
+
+
+def _pick_buckets(
+    buckets: Buckets, names: tuple[str, ...]
+) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """``(finite bounds, cumulative counts + the +Inf count)`` summed by ``le`` over label sets (as
+    ``sum by (le)`` would), from the first name present; None without a ``+Inf`` bucket or with a
+    negative or non-finite count (nothing trustworthy to take quantiles of)."""
+    for name in names:
+        by_le = buckets.get(name)
+        if not by_le:
+            continue
+        if math.inf not in by_le or any(not 0.0 <= v < math.inf for vs in by_le.values() for v in vs):
+            return None
+        bounds = sorted(le for le in by_le if math.isfinite(le))
+        return tuple(bounds), tuple(sum(by_le[le]) for le in (*bounds, math.inf))
+    return None
 
 
 def _pick(samples: Mapping[str, list[float]], names: tuple[str, ...], use_max: bool) -> float | None:
@@ -178,7 +232,7 @@ def read_load(kind: str, text: str, max_kv_tokens: int = 0) -> LoadReading:
     adapter = ADAPTERS.get(kind)
     if adapter is None:
         raise ScrapeError("unknown_kind", f"no scrape adapter for engine kind {kind!r}")
-    samples = samples_by_name(text)
+    samples, buckets = samples_by_name(text)
 
     def total(names: tuple[str, ...]) -> float | None:
         return _pick(samples, names, use_max=False)
@@ -206,6 +260,10 @@ def read_load(kind: str, text: str, max_kv_tokens: int = 0) -> LoadReading:
         ("itl_seconds_count", adapter.itl_count),
         ("prefill_seconds_total", adapter.prefill_seconds),
         ("engine_steps_total", adapter.steps),
+        ("decode_seconds_sum", adapter.decode_seconds_sum),
+        ("decode_seconds_count", adapter.decode_seconds_count),
+        ("decode_output_tokens_sum", adapter.decode_output_tokens),
+        ("gen_throughput_tokens_per_s", adapter.gen_throughput),
     ):
         if names:
             timing[field] = total(names)
@@ -215,11 +273,23 @@ def read_load(kind: str, text: str, max_kv_tokens: int = 0) -> LoadReading:
         mean, steps = total(adapter.step_width_mean), timing.get("engine_steps_total")
         timing["step_width_total"] = None if mean is None or steps is None else mean * steps
     values = core | timing
-    missing = tuple(k for k, v in values.items() if v is None)
+    missing = [k for k, v in values.items() if v is None]
     out = {k: max(0.0, v or 0.0) for k, v in values.items()}
+    no_buckets: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
+    ttft_b = _pick_buckets(buckets, adapter.ttft_buckets)
+    itl_b = _pick_buckets(buckets, adapter.itl_buckets)
+    if adapter.ttft_buckets and ttft_b is None:
+        missing.append("ttft_bucket_counts")
+    if adapter.itl_buckets and itl_b is None:
+        missing.append("itl_bucket_counts")
+    ttft_b, itl_b = ttft_b or no_buckets, itl_b or no_buckets
     return LoadReading(
         running_requests=round(out.pop("running_requests")),
         waiting_requests=round(out.pop("waiting_requests")),
-        missing=missing,
+        ttft_bucket_le_s=ttft_b[0],
+        ttft_bucket_counts=ttft_b[1],
+        itl_bucket_le_s=itl_b[0],
+        itl_bucket_counts=itl_b[1],
+        missing=tuple(missing),
         **out,
     )
