@@ -104,10 +104,10 @@ async def wait_tick(port: int, loop: str, above: float, deadline: float) -> floa
 
 
 def watcher_pids(circus: processes.Circus, name: str) -> list[int]:
-    answer = circus.call("list", timeout_s=10, name=name)
-    return [int(p) for p in answer.get("pids", [])]  # type: ignore[attr-defined]
+    pids = circus.call("list", timeout_s=10, name=name).get("pids", [])
+    return [int(p) for p in pids] if isinstance(pids, list) else []
 
 
 def watcher_names(circus: processes.Circus) -> list[str]:
-    answer = circus.call("list", timeout_s=10)
-    return [str(w) for w in answer.get("watchers", [])]  # type: ignore[attr-defined]
+    names = circus.call("list", timeout_s=10).get("watchers", [])
+    return [str(w) for w in names] if isinstance(names, list) else []

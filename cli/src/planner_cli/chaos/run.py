@@ -13,7 +13,7 @@ from typing import Any
 
 from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from planner_actuator_circus.state import ActuatorState, name_pattern
@@ -249,7 +249,7 @@ def _fmt(v: float | None) -> str:
 
 def print_report(report: dict[str, Any], console: Console) -> None:
     t = Table(title="faults injected (seconds from the kill)")
-    for col, just in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("fault", "left"),
         ("at", "right"),
         ("trigger", "left"),
@@ -259,8 +259,9 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         ("what", "left"),
         ("limit", "right"),
         ("outcome", "left"),
-    ):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    )
+    for col, just in columns:
+        t.add_column(col, justify=just)
     for r in report["faults"]:
         outcome = "[green]recovered[/]" if r["ok"] else f"[red]FAILED[/] {r['note']}"
         t.add_row(

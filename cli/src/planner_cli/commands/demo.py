@@ -68,9 +68,10 @@ def run(args: argparse.Namespace) -> int:
         import signal
 
         task = asyncio.current_task()
+        assert task is not None  # asyncio.run runs main() as a task
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+            loop.add_signal_handler(sig, task.cancel)
         return await run_demo(cfg, console)
 
     try:
@@ -105,9 +106,10 @@ def _run_llamacpp(args: argparse.Namespace) -> int:
         import signal
 
         task = asyncio.current_task()
+        assert task is not None  # asyncio.run runs main() as a task
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+            loop.add_signal_handler(sig, task.cancel)
         return await run_llamacpp_demo(cfg, console)
 
     try:

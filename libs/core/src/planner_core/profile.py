@@ -140,4 +140,4 @@ def _save(fields: dict[str, FloatArray | int], path: Path) -> None:
         path.write_text(json.dumps(out, indent=1))
     else:
         arrays = {k: (np.array([v]) if isinstance(v, int) else np.asarray(v)) for k, v in fields.items()}
-        np.savez(path, **arrays)  # type: ignore[arg-type]
+        np.savez(path, **arrays)  # type: ignore[arg-type]  # numpy's stub lets **kwds fill allow_pickle: bool

@@ -192,12 +192,12 @@ def oracle(
             lo, hi = int(bounds[i]), int(bounds[i + 1])
             chunk = trace[lo:hi]
             if chunk:
-                target = ttft_target_ms if np.isscalar(ttft_target_ms) else np.asarray(ttft_target_ms)[lo:hi]
+                target = ttft_target_ms[lo:hi] if isinstance(ttft_target_ms, np.ndarray) else ttft_target_ms
                 found = search_prefill(
                     chunk,
                     int(prefill[i]),
                     settings,
-                    target,  # type: ignore[arg-type]
+                    target,
                     attainment,
                     counted=None if counted is None else counted[lo:hi],
                 )

@@ -237,7 +237,7 @@ class _Sim:
             if kind == _PASS_END:
                 self.pass_end(t, *cast(tuple[Worker, EnginePass], payload))
             elif kind == _ARRIVAL:
-                i = int(payload)  # type: ignore[call-overload]
+                i = cast(int, payload)
                 r = self.reqs[i]
                 self.meter.arrival(r.prompt_tokens, r.max_output_tokens)
                 self.dispatch(PREFILL, i, t)

@@ -123,6 +123,6 @@ class KvMirror:
                     self._apply(entry.key, entry.operation, entry.value, entry.revision or 0)
         finally:
             try:
-                await watcher.stop()  # type: ignore[no-untyped-call]
+                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py leaves KeyWatcher.stop unannotated
             except Exception:
                 pass

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
+
 from planner_proto import Component, EngineCapabilities, EngineInfo
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S, Subjects
 from planner_runtime.bus import Bus, kv_put
@@ -48,9 +50,7 @@ async def _idle(url: str, timeout_s: float) -> bool:
 
 
 def _with(info: EngineInfo, **changes: object) -> EngineInfo:
-    fields: dict[str, object] = {f: getattr(info, f) for f in info.__struct_fields__}
-    fields.update(changes)
-    return EngineInfo(**fields)  # type: ignore[arg-type]
+    return msgspec.structs.replace(info, **changes)
 
 
 async def run(args: argparse.Namespace) -> int:
