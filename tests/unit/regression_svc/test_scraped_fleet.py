@@ -1,17 +1,20 @@
 """A fleet of stock llama.cpp servers (scrape path only, no FPM): the regression service's snapshot
 carries the coarser model learned from their counters, and the decider's load policy scales on it:
-up while every slot is busy and requests are deferred, back down when the fleet idles. A vLLM worker's
-histogram buckets become the service's quantile gauges; an engine restart is a counted skip."""
+up while every slot is busy and requests are deferred, back down when the fleet idles; the combined
+policy scales up when the scraped latency estimates exceed a target and holds within them. A vLLM
+worker's histogram buckets become the service's quantile gauges; an engine restart is a counted skip."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from planner_core.policy import PolicyConfig, load_policy
+from planner_core.policy import DecisionInputs, PolicyConfig, PolicyKind, PolicyState, load_policy
+from planner_core.policy import decide as decide_tick
 from planner_core.policy.estimator import SnapshotEstimator
 from planner_core.regression import OnlineRegression
 from planner_fpm_relay.scrape.adapters import READING_FIELDS, read_load
@@ -75,8 +78,8 @@ def make() -> tuple[RegressionService, ComponentState]:
     return svc, cs
 
 
-def register(svc: RegressionService, wid: str) -> None:
-    info = EngineInfo(namespace="n", component=Component.AGG, worker_id=wid, capabilities=CAPS,
+def register(svc: RegressionService, wid: str, caps: EngineCapabilities = CAPS) -> None:
+    info = EngineInfo(namespace="n", component=Component.AGG, worker_id=wid, capabilities=caps,
                       metrics_url="http://127.0.0.1:1/metrics", engine_kind="llamacpp")  # fmt: skip
     svc.engines.apply(Subjects("n").engine_key(Component.AGG, wid), encode(info), "PUT")
 
@@ -85,6 +88,60 @@ def decide(snap: ComponentSnapshot, n: int) -> tuple[int | None, Reason]:
     reps = ComponentReplicas(desired=n, ready=n)
     r = load_policy("agg", snap, reps, n, SnapshotEstimator(), CFG, snap.issued_at_s)
     return r.target, r.reason
+
+
+CAPS4 = EngineCapabilities(num_gpu_blocks=4 * CTX, block_size_tokens=1, max_num_seqs=4)
+"""Four slots: two busy leave room, so the decisions below are the latency estimates' own."""
+
+
+async def warm_snapshot(busy: float, running: int, waiting: int) -> ComponentSnapshot:
+    """One 4-slot llama.cpp worker after a warm-up at varied load, then an interval at the given load."""
+    svc, cs = make()
+    on_load = svc._load_handler(cs)
+    subj = Subjects("n").load(Component.AGG, "w0")
+    register(svc, "w0", CAPS4)
+    w0 = Worker("w0")
+    t = 0.0
+    for b in (1.0, 2.0, 1.0, 1.5, 2.0, 1.0):
+        await on_load(w0.step(t, b, round(b), 0), subj)
+        t += 10.0
+    await on_load(w0.step(t, busy, running, waiting), subj)
+    return svc.update(cs, t)
+
+
+COMBINED = PolicyConfig(policy=PolicyKind.COMBINED, cold_start_s=0.0, max_gpu_budget=-1)
+
+
+@pytest.mark.parametrize(
+    ("busy", "running", "waiting", "ttft_ms", "itl_ms", "want"),
+    [
+        # one slot busy: ITL 8 + 6 x 2 (a request joining) = 20 ms <= 25 -> hold
+        (1.0, 1, 0, 2000.0, 25.0, (1, Reason.NO_CHANGE)),
+        # two busy: 8 + 6 x 3 = 26 ms > 25 -> up one
+        (2.0, 2, 0, 2000.0, 25.0, (2, Reason.SCALE_UP)),
+        # three busy, ITL target lax: a prompt of 512 tokens at 0.2 ms each, no queue: ~110 ms <= 200
+        (3.0, 3, 0, 200.0, 1000.0, (1, Reason.NO_CHANGE)),
+        # one deferred request ahead: + 512 x 0.2 ms = ~213 ms > 200 -> up one
+        (3.0, 3, 1, 200.0, 1000.0, (2, Reason.SCALE_UP)),
+    ],
+)
+async def test_combined_policy_on_a_scraped_fleet(
+    busy: float, running: int, waiting: int, ttft_ms: float, itl_ms: float, want: tuple[int, Reason]
+) -> None:
+    snap = await warm_snapshot(busy, running, waiting)
+    assert snap.model_source == "scraped" and snap.model is not None and snap.model.ready
+    (w,) = snap.workers
+    # the scraped ITL estimate of a request joining the batch; KV usage from the busy slots
+    assert w.est_itl_ms == pytest.approx(8.0 + 6.0 * (running + 1), rel=0.05)
+    assert w.kv_usage == running / 4
+    cfg = dataclasses.replace(COMBINED, ttft_target_ms=ttft_ms, itl_target_ms=itl_ms)
+    inputs = DecisionInputs(
+        replicas={"agg": ComponentReplicas(desired=1, ready=1)},
+        snapshots={"agg": snap},
+        estimator=SnapshotEstimator(),
+    )
+    res, _ = decide_tick(inputs, PolicyState(), cfg, snap.issued_at_s)
+    assert (res.targets["agg"], res.reasons["agg"]) == want, res.diagnostics
 
 
 async def test_load_policy_scales_a_scraped_llamacpp_fleet_up_and_down() -> None:
