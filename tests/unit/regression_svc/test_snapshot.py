@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from planner_core.regression import OnlineRegression, RegressionConfig
+from planner_core.regression import OnlineRegression, RegressionConfig, ScrapedSpeedModel
 from planner_proto import (
     Component,
     EngineCapabilities,
@@ -19,7 +19,13 @@ from planner_proto import (
 from planner_regression.engines import EngineRegistry
 from planner_regression.persist import adopt
 from planner_regression.settings import RegressionSettings
-from planner_regression.snapshot import build_snapshot, common_capabilities, load_from_fpm, load_from_sample
+from planner_regression.snapshot import (
+    build_snapshot,
+    common_capabilities,
+    load_from_fpm,
+    load_from_sample,
+    scraped_view,
+)
 from planner_regression.workers import WorkerTrack
 from planner_runtime.settings import SettingsError, load_settings
 
@@ -101,6 +107,36 @@ def test_load_from_scrape_sample() -> None:
     w = load_from_sample(WorkerTrack("v", "v", 4), sample, None, trained(Component.AGG), 0.0)
     assert w.scheduled_decode_kv_tokens == 2000 and w.kv_usage == 0.25
     assert w.est_ttft_ms is not None and w.est_itl_ms is not None
+
+
+@pytest.mark.parametrize(
+    ("running", "caps", "kv_tokens", "usage"),
+    [
+        # 4 slots sharing a 4096-token context: 1024 a slot; 3 busy hold 3072 tokens, 0.75 of it
+        (3, EngineCapabilities(num_gpu_blocks=4096, block_size_tokens=1, max_num_seqs=4), 3072, 0.75),
+        (0, EngineCapabilities(num_gpu_blocks=4096, block_size_tokens=1, max_num_seqs=4), 0, 0.0),
+        # capacity unknown (not registered): the tokens at a default, no fraction of nothing
+        (3, None, 3 * 1024, 0.0),
+    ],
+)
+def test_llamacpp_kv_usage_derived_from_busy_slots(
+    running: int, caps: EngineCapabilities | None, kv_tokens: int, usage: float
+) -> None:
+    """llama-server exports no KV usage (the relay counts it missing): the snapshot's is the busy
+    slots' tokens (a slot holds its share of the context) over the context."""
+    sample = WorkerLoadSample(
+        worker_id="l", engine_kind="llamacpp", observed_at_s=1.0, running_requests=running
+    )
+    info = (
+        None
+        if caps is None
+        else EngineInfo(namespace="n", component=Component.AGG, worker_id="l", capabilities=caps)
+    )
+    scraped = ScrapedSpeedModel()
+    view = scraped_view([(sample, info)], scraped)
+    model = OnlineRegression(RegressionConfig(Component.AGG))
+    w = load_from_sample(WorkerTrack("l", "l", 4), sample, info, model, 0.0, scraped, view)
+    assert (w.scheduled_decode_kv_tokens, w.kv_usage) == (kv_tokens, usage)
 
 
 def test_snapshot_and_common_capabilities() -> None:
