@@ -144,6 +144,29 @@ async def test_combined_policy_on_a_scraped_fleet(
     assert (res.targets["agg"], res.reasons["agg"]) == want, res.diagnostics
 
 
+async def test_combined_policy_scales_an_idle_scraped_agg_fleet_down() -> None:
+    """The floors size prefill and decode only: an aggregated fleet is not held waiting for one."""
+    svc, cs = make()
+    on_load = svc._load_handler(cs)
+    workers = [Worker("w0"), Worker("w1")]
+    for w in workers:
+        register(svc, w.wid, CAPS4)
+    t = 0.0
+    for b in (1.0, 2.0, 1.0, 1.5, 2.0, 1.0, 0.0):  # warm-up, then both idle
+        for w in workers:
+            await on_load(w.step(t, b, round(b), 0), Subjects("n").load(Component.AGG, w.wid))
+        t += 10.0
+    snap = svc.update(cs, t)
+    assert snap.model_source == "scraped" and len(snap.workers) == 2
+    inputs = DecisionInputs(
+        replicas={"agg": ComponentReplicas(desired=2, ready=2)},
+        snapshots={"agg": snap},
+        estimator=SnapshotEstimator(),
+    )
+    res, _ = decide_tick(inputs, PolicyState(), COMBINED, snap.issued_at_s)
+    assert (res.targets["agg"], res.reasons["agg"]) == (1, Reason.SCALE_DOWN), res.diagnostics
+
+
 async def test_load_policy_scales_a_scraped_llamacpp_fleet_up_and_down() -> None:
     svc, cs = make()
     on_load = svc._load_handler(cs)

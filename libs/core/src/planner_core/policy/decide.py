@@ -184,12 +184,14 @@ def decide(
                 fl = st.throughput_floor.get(c) if fl is None else fl
             if (
                 kind is PolicyKind.COMBINED
+                and c in (PREFILL, DECODE)
                 and fl is None
                 and res_c.target is not None
                 and res_c.target < current[c]
             ):
                 # ours: no consolidation on load alone before the first throughput floor (the
-                # first instants of a fleet say little about its traffic)
+                # first instants of a fleet say little about its traffic). An aggregated component
+                # gets no floor (the floors size prefill and decode apart): the load policy decides.
                 res_c = ComponentResult(
                     target=current[c],
                     reason=Reason.NO_CHANGE,
