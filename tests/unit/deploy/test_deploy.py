@@ -181,3 +181,48 @@ def test_dashboard_metrics_exist_in_the_code() -> None:
         if f'"{base}"' not in source and f"'{base}'" not in source:
             missing.append(metric)
     assert not missing, f"dashboard queries metrics no service defines: {missing}"
+
+
+def _nats_cluster() -> dict[str, dict[str, Any]]:
+    path = REPO / "deploy" / "nats" / "k8s" / "nats-cluster.yaml"
+    return {d["kind"] + "/" + d["metadata"]["name"]: d for d in yaml.safe_load_all(path.read_text()) if d}
+
+
+def test_nats_cluster_manifest_is_valid_and_consistent() -> None:
+    import kubernetes_validate
+
+    docs = _nats_cluster()
+    for doc in docs.values():
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    sts = docs["StatefulSet/nats"]
+    headless = docs[f"Service/{sts['spec']['serviceName']}"]
+    assert headless["spec"]["clusterIP"] == "None"
+    conf = docs["ConfigMap/nats-config"]["data"]["nats.conf"]
+    routes = re.findall(r"nats://([\w.-]+):(\d+)", conf.split("routes:", 1)[1].split("]", 1)[0])
+    # one route per replica, each the stable DNS name of a pod of this StatefulSet, on the cluster port
+    replicas = sts["spec"]["replicas"]
+    assert replicas == 3
+    assert sorted(h for h, _ in routes) == [
+        f"nats-{i}.{headless['metadata']['name']}" for i in range(replicas)
+    ]
+    ports = {p["name"]: p["containerPort"] for p in sts["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert {int(p) for _, p in routes} == {ports["cluster"]}
+    # a disruption budget that keeps the R3 quorum
+    assert docs["PodDisruptionBudget/nats"]["spec"]["maxUnavailable"] == 1
+
+
+def test_nats_cluster_config_is_accepted_by_nats_server(tmp_path: Path) -> None:
+    """The real nats-server checks the ConfigMap's nats.conf (-t: test the configuration and exit)."""
+    from planner_runtime.natsd import nats_server_binary
+
+    conf = tmp_path / "nats.conf"
+    text = _nats_cluster()["ConfigMap/nats-config"]["data"]["nats.conf"]
+    conf.write_text(text.replace("/data", str(tmp_path / "data")).replace("/var/run/nats", str(tmp_path)))
+    out = subprocess.run(
+        [nats_server_binary(), "-t", "-c", str(conf)],
+        env={**os.environ, "POD_NAME": "nats-0"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
