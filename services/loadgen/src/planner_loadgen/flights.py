@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from planner_loadgen.stats import RequestResult, mean_itl_s
@@ -29,6 +30,8 @@ class Flight:
     tokens: int = 0
     excluded: set[str] = field(default_factory=set)
     workers: list[str] = field(default_factory=list)
+    done: asyncio.Event | None = None
+    """Set when the request is counted (a closed-loop client waits on it)."""
 
     def result(self, ok: bool, error: str = "") -> RequestResult:
         ttft = None if self.first_token_s is None else self.first_token_s - self.created_s

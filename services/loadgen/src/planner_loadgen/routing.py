@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from planner_proto import EngineInfo
+
+
+def http_base_url(info: EngineInfo) -> str:
+    """Where an engine serves OpenAI-compatible HTTP: a stock engine (llama-server, vLLM, SGLang) serves
+    it on the port of its ``/metrics``; "" for an engine registered without one."""
+    url = info.metrics_url
+    return url.removesuffix("/metrics") if url.endswith("/metrics") else ""
 
 
 @dataclass(slots=True)
@@ -18,10 +26,13 @@ class EngineEntry:
 
 
 class EngineTable:
-    """The engines of one namespace as seen in ``planner_engines``, with this router's load on them."""
+    """The engines of one namespace as seen in ``planner_engines``, with this router's load on them.
+    ``target`` says how requests reach an engine (its NATS subject, or its HTTP address): an engine
+    without one is not routable."""
 
-    def __init__(self, ttl_s: float) -> None:
+    def __init__(self, ttl_s: float, target: Literal["nats", "openai"] = "nats") -> None:
         self.ttl_s = ttl_s
+        self.target = target
         self.entries: dict[str, EngineEntry] = {}
         self._picks = 0
 
@@ -47,8 +58,11 @@ class EngineTable:
         return [
             (k, e)
             for k, e in self.entries.items()
-            if e.info.component == component and not e.info.draining and e.info.request_subject
+            if e.info.component == component and not e.info.draining and self._reachable(e.info)
         ]
+
+    def _reachable(self, info: EngineInfo) -> bool:
+        return bool(info.request_subject if self.target == "nats" else http_base_url(info))
 
     def count(self, component: str) -> int:
         return len(self.routable(component))
@@ -77,6 +91,9 @@ class EngineTable:
 
     def subject(self, key: str) -> str:
         return self.entries[key].info.request_subject
+
+    def base_url(self, key: str) -> str:
+        return http_base_url(self.entries[key].info)
 
     def worker_key(self, worker_id: str) -> str | None:
         for k, e in self.entries.items():

@@ -1,5 +1,6 @@
-"""loadgen: replays a trace against the registered engines, measures TTFT / ITL / duration per request,
-exports frontend-style metrics and publishes a TrafficSample per interval."""
+"""loadgen: replays a trace (or runs closed-loop clients) against the registered engines, over NATS
+(engine-sim) or OpenAI-compatible HTTP, measures TTFT / ITL / duration per request, exports
+frontend-style metrics and publishes a TrafficSample per interval."""
 
 from __future__ import annotations
 
@@ -14,15 +15,17 @@ from nats.js.kv import KeyValue
 
 from planner_loadgen.flights import Flight
 from planner_loadgen.frontend_metrics import FrontendMetrics
+from planner_loadgen.http_sender import HttpSender
+from planner_loadgen.openai_http import Outcome
 from planner_loadgen.routing import EngineTable, pick_mode
 from planner_loadgen.settings import LoadgenSettings
 from planner_loadgen.stats import IntervalStats, RequestResult, format_summary, summarize
-from planner_loadgen.workload import Workload, build_workload
+from planner_loadgen.workload import Workload, build_workload, phase_at
 from planner_proto import DecodeError, EngineInfo, GenerateRequest, TokenChunk, decode, encode
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
 from planner_runtime.bus import kv_watch
 from planner_runtime.service import Service, run_service
-from planner_sim.traces import TraceError
+from planner_sim.traces import TraceError, TraceRequest
 
 MAX_LOGGED_TRACE_ERRORS = 20
 
@@ -33,7 +36,7 @@ class LoadgenService(Service[LoadgenSettings]):
 
     def __init__(self, settings: LoadgenSettings) -> None:
         super().__init__(settings)
-        self.table = EngineTable(ENGINES_TTL_S)
+        self.table = EngineTable(ENGINES_TTL_S, settings.target)
         self.metrics = FrontendMetrics(
             self.registry,
             settings.frontend_metric_prefix,
@@ -48,6 +51,11 @@ class LoadgenService(Service[LoadgenSettings]):
         self.workload: Workload | None = None
         self.replay_done = False
         self.summary_text = ""
+        self.clients_wanted = 0
+        """Closed-loop clients the current phase wants."""
+        self.sender: HttpSender | None = None
+        self._sent = 0
+        self._failed_requests = 0
         self._run_id = uuid.uuid4().hex[:8]
         self._inbox = ""
         self._exit_code = 0
@@ -89,10 +97,13 @@ class LoadgenService(Service[LoadgenSettings]):
             self._results_fh = open(s.results_file, "wb")  # noqa: ASYNC230, SIM115 - once, closed in cleanup()
         kv = await self.bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
         self.spawn(self._watch_engines(kv), "engines")
-        self._inbox = self.bus.nc.new_inbox()
-        await self.bus.subscribe(f"{self._inbox}.*", TokenChunk, self._on_chunk)
+        if s.target == "nats":
+            self._inbox = self.bus.nc.new_inbox()
+            await self.bus.subscribe(f"{self._inbox}.*", TokenChunk, self._on_chunk)
+            self.every(0.25, self._check_flights, "flights")
+        else:
+            self.sender = HttpSender(s, self.table, self._on_http_retry)
         self.every(s.interval_s, self._publish_traffic, "traffic")
-        self.every(0.25, self._check_flights, "flights")
         self._replay = self.spawn(self._replay_loop(), "replay")
 
     def _fail_start(self, code: int) -> None:
@@ -108,12 +119,17 @@ class LoadgenService(Service[LoadgenSettings]):
     async def cleanup(self) -> None:
         if self._results_fh is not None:
             self._results_fh.close()
+        if self.sender is not None:
+            await self.sender.close()
 
     def health_detail(self) -> dict[str, object]:
         return {
             "in_flight": len(self.flights),
             "parked": len(self.parked),
             "done": len(self.results),
+            "failed": self._failed_requests,
+            "clients": self.clients_wanted,
+            "replay_done": self.replay_done,
             "engines": len(self.table.entries),
         }
 
@@ -171,6 +187,8 @@ class LoadgenService(Service[LoadgenSettings]):
                 pass
 
     def _first_stage_engines(self) -> int:
+        if self.settings.target == "openai":
+            return self.table.count("agg")
         return self.table.count("agg") + self.table.count("prefill")
 
     async def _wait_for_engines(self) -> bool:
@@ -207,27 +225,91 @@ class LoadgenService(Service[LoadgenSettings]):
             t0 = loop.time()
             self._started_mono = t0
             self.log.info("replay_started", engines=len(self.table.entries))
-            for i, r in enumerate(self.workload.requests):
-                delay = t0 + r.arrival_s - loop.time()
-                if delay > 0:
-                    try:
-                        await asyncio.wait_for(self.stopping.wait(), delay)
-                    except TimeoutError:
-                        pass
-                if self.stopping.is_set():
-                    self.log.info("replay_interrupted", sent=i, total=len(self.workload.requests))
-                    break
-                now = loop.time()
-                rid = f"{self._run_id}-{i}"
-                f = Flight(i, rid, f"{self._inbox}.{i}", r, created_s=now, last_activity_s=now)
-                self.flights[rid] = f
-                self.interval.arrival(r.input_tokens, r.output_tokens)
-                self.metrics.arrival(r.input_tokens)
-                self.metrics.in_flight.set(len(self.flights))
-                await self._dispatch(f)
+            if self.workload.phases:
+                await self._run_clients(t0)
+            else:
+                await self._replay_requests(t0)
         finally:
             self.replay_done = True
             self._check_done()
+
+    async def _replay_requests(self, t0: float) -> None:
+        assert self.workload is not None
+        loop = asyncio.get_running_loop()
+        for i, r in enumerate(self.workload.requests):
+            delay = t0 + r.arrival_s - loop.time()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(self.stopping.wait(), delay)
+                except TimeoutError:
+                    pass
+            if self.stopping.is_set():
+                self.log.info("replay_interrupted", sent=i, total=len(self.workload.requests))
+                break
+            f = self._new_flight(r)
+            if self.settings.target == "openai":
+                self.spawn(self._send_http(f), f"request-{f.index}")
+            else:
+                await self._dispatch(f)
+
+    async def _run_clients(self, t0: float) -> None:
+        """As many closed-loop clients as the current phase wants; a client beyond the count stops
+        once its request in flight is done."""
+        assert self.workload is not None
+        loop = asyncio.get_running_loop()
+        running: dict[int, asyncio.Task[None]] = {}
+        while not self.stopping.is_set():
+            phase = phase_at(self.workload.phases, loop.time() - t0)
+            if phase is None:
+                break
+            wanted, left_s = phase
+            if wanted != self.clients_wanted:
+                self.log.info("clients", count=wanted, for_s=round(left_s, 1))
+            self.clients_wanted = wanted
+            for idx in range(wanted):
+                if idx not in running or running[idx].done():
+                    running[idx] = self.spawn(self._client(idx), f"client-{idx}")
+            try:
+                await asyncio.wait_for(self.stopping.wait(), left_s)
+            except TimeoutError:
+                pass
+        self.clients_wanted = 0
+        self.log.info("clients", count=0)
+        if running:
+            await asyncio.wait(running.values())
+
+    async def _client(self, idx: int) -> None:
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        while not self.stopping.is_set() and idx < self.clients_wanted:
+            f = self._new_flight(TraceRequest(loop.time() - self._started_mono, s.isl_tokens, s.osl_tokens))
+            if s.target == "openai":
+                await self._send_http(f)
+            else:
+                f.done = asyncio.Event()
+                await self._dispatch(f)
+                await f.done.wait()
+
+    def _new_flight(self, r: TraceRequest) -> Flight:
+        now = asyncio.get_running_loop().time()
+        i, self._sent = self._sent, self._sent + 1
+        rid = f"{self._run_id}-{i}"
+        reply = f"{self._inbox}.{i}" if self._inbox else ""
+        f = Flight(i, rid, reply, r, created_s=now, last_activity_s=now)
+        self.flights[rid] = f
+        self.interval.arrival(r.input_tokens, r.output_tokens)
+        self.metrics.arrival(r.input_tokens)
+        self.metrics.in_flight.set(len(self.flights))
+        return f
+
+    async def _send_http(self, f: Flight) -> None:
+        assert self.sender is not None
+        out = await self.sender.send(f)
+        self._finish(f, ok=not out.error, error=out.error, detail=out.detail)
+
+    def _on_http_retry(self, f: Flight, out: Outcome) -> None:
+        self.metrics.retries.inc()
+        self.log.debug("retry", request_id=f.request_id, error=out.error, attempts=f.attempts)
 
     async def _dispatch(self, f: Flight) -> bool:
         """Send ``f`` to the least-loaded engine(s); False (and parked) when none can take it."""
@@ -336,7 +418,7 @@ class LoadgenService(Service[LoadgenSettings]):
                 return
         self._finish(f, ok=False, error=chunk.error)
 
-    def _finish(self, f: Flight, ok: bool, error: str = "") -> None:
+    def _finish(self, f: Flight, ok: bool, error: str = "", detail: str = "") -> None:
         self.flights.pop(f.request_id, None)
         self._release(f)
         r = f.result(ok, error)
@@ -347,7 +429,12 @@ class LoadgenService(Service[LoadgenSettings]):
         if self._results_fh is not None:
             self._results_fh.write(self._enc.encode(r) + b"\n")
         if not ok:
-            self.log.warning("request_failed", request_id=f.request_id, error=error, attempts=f.attempts)
+            self._failed_requests += 1
+            self.log.warning(
+                "request_failed", request_id=f.request_id, error=error, attempts=f.attempts, detail=detail
+            )
+        if f.done is not None:
+            f.done.set()
         self._check_done()
 
     async def _check_flights(self) -> None:

@@ -9,15 +9,23 @@ from msgspec import Meta
 from planner_runtime.settings import BaseSettings
 
 PosFloat = Annotated[float, Meta(gt=0.0)]
+MAX_CLIENTS = 10_000
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
 
 
 class LoadgenSettings(BaseSettings, frozen=True, kw_only=True):
-    """Load generator: replays a trace or a synthetic shape against the registered engines."""
+    """Load generator: replays a trace, a synthetic shape or closed-loop clients against the engines."""
 
+    target: Literal["nats", "openai"] = "nats"
+    """How requests reach the engines: nats, engine-sim's generate subject; openai, streamed HTTP
+    ``/v1/completions`` at the address of the engine's ``metrics_url`` (llama-server, vLLM, SGLang)."""
     trace: str = ""
-    """Trace file: Azure CSV (.csv) or Mooncake JSONL (.jsonl). Exclusive with shape."""
+    """Trace file: Azure CSV (.csv) or Mooncake JSONL (.jsonl). Exclusive with shape and clients."""
     shape: Literal["", "constant", "step", "sinusoid", "burst"] = ""
+    clients: str = ""
+    """Closed-loop clients instead of a trace or shape: comma-separated ``COUNT:SECONDS`` phases (e.g.
+    ``1:10,6:25``); each of COUNT clients sends its next request (isl_tokens, osl_tokens) when its
+    last one is done; after the last phase no new request is sent."""
     on_trace_error: Literal["skip", "stop"] = "skip"
     duration_s: Annotated[float, Meta(gt=0.0, le=30 * 86400.0)] = 60.0
     """Length of a synthetic shape (trace seconds, before time_scale)."""
@@ -50,6 +58,9 @@ class LoadgenSettings(BaseSettings, frozen=True, kw_only=True):
     """Re-sends of a request rejected before its first token (or by a decode worker in hand-off)."""
     stall_timeout_s: PosFloat = 10.0
     """A request with no chunk for this long (wall seconds) is counted failed."""
+    connect_timeout_s: PosFloat = 2.0
+    """openai: an engine that does not accept the connection within this is passed over (the request
+    is sent to another)."""
     interval_s: PosFloat = 10.0
     """TrafficSample period (wall seconds)."""
     results_file: str = ""
@@ -57,12 +68,37 @@ class LoadgenSettings(BaseSettings, frozen=True, kw_only=True):
     exit_when_done: bool = True
     frontend_metric_prefix: Annotated[str, Meta(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")] = "dynamo_frontend"
     model: str = "engine-sim"
-    """Value of the ``model`` label of the frontend metrics."""
+    """Value of the ``model`` label of the frontend metrics, and the ``model`` of openai requests."""
     latency_scale: PosFloat = 1.0
     """Multiplies measured latencies before they are reported (set it to the engines'
     time_compression to report modelled-GPU seconds); the raw wall figures stay in results_file."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if bool(self.trace) == bool(self.shape):
-            raise ValueError("give exactly one of trace (--trace PATH) or shape (--shape constant|step|...)")
+        if sum(map(bool, (self.trace, self.shape, self.clients))) != 1:
+            raise ValueError(
+                "give exactly one of trace (--trace PATH), shape (--shape constant|step|...) "
+                "or clients (--clients COUNT:SECONDS,...)"
+            )
+        if self.clients:
+            parse_client_phases(self.clients)  # raises ValueError naming the field
+        if self.target == "openai" and self.mode == "disagg":
+            raise ValueError("target openai sends whole requests to agg engines: mode must be auto or agg")
+
+
+def parse_client_phases(text: str) -> list[tuple[int, float]]:
+    """``"1:10,6:25"`` -> ``[(1, 10.0), (6, 25.0)]``: client count and length (wall seconds) per phase."""
+    phases: list[tuple[int, float]] = []
+    for part in text.split(","):
+        count, sep, secs = part.strip().partition(":")
+        try:
+            n, dur = int(count), float(secs)
+        except ValueError:
+            n, dur = -1, -1.0
+        if not sep or not 0 <= n <= MAX_CLIENTS or not 0 < dur <= 30 * 86400.0:
+            raise ValueError(
+                f"clients: phase {part.strip()!r} must be COUNT:SECONDS with COUNT in 0..{MAX_CLIENTS} "
+                "and SECONDS > 0 (e.g. 1:10,6:25)"
+            )
+        phases.append((n, dur))
+    return phases

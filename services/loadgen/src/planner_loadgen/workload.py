@@ -1,10 +1,11 @@
-"""The requests to replay: a trace file or a synthetic shape, scaled and cut as the settings say."""
+"""The requests to replay: a trace file or a synthetic shape, scaled and cut as the settings say; or
+the phases of closed-loop clients."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner_loadgen.settings import LoadgenSettings
+from planner_loadgen.settings import LoadgenSettings, parse_client_phases
 from planner_sim.traces import TraceError, TraceRequest, read_trace, scale_trace, synthetic
 
 
@@ -14,10 +15,25 @@ class Workload:
     """Arrival times in wall seconds from the start of the replay."""
     errors: list[TraceError]
     source: str
+    phases: tuple[tuple[int, float], ...] = ()
+    """Closed-loop clients (count, wall seconds) per phase, instead of ``requests``."""
+
+
+def phase_at(phases: tuple[tuple[int, float], ...], elapsed_s: float) -> tuple[int, float] | None:
+    """(clients wanted, seconds left in the phase) ``elapsed_s`` after the start; None once the last
+    phase is over."""
+    end = 0.0
+    for n, dur in phases:
+        end += dur
+        if elapsed_s < end:
+            return n, end - elapsed_s
+    return None
 
 
 def build_workload(s: LoadgenSettings) -> Workload:
     """Raises TraceError (``on_trace_error=stop``), OSError or ValueError."""
+    if s.clients:
+        return Workload([], [], f"clients:{s.clients}", tuple(parse_client_phases(s.clients)))
     if s.trace:
         result = read_trace(s.trace, on_error="raise" if s.on_trace_error == "stop" else "skip")
         reqs, errors, source = result.requests, result.errors, s.trace
