@@ -70,6 +70,9 @@ def feed(lines: list[tuple[str, float]]) -> StreamState:
         # closed after a token, with neither [DONE] nor finish_reason
         ([(f"data: {TOKEN}", 1.0)], "truncated", 1.0, 1.0, 1),
         ([("data: [DONE]", 1.0)], "no_tokens", None, None, 0),
+        # all text held back (not valid UTF-8 yet), the usage counts 7 tokens: they came with the last chunk
+        ([(f"data: {LAST}", 1.3), ("data: [DONE]", 1.4)], "", 1.3, 1.3, 7),
+        ([('data: {"choices":[{"text":"","finish_reason":"stop"}]}', 1.3)], "no_tokens", None, None, 0),
         ([(f"data: {TOKEN}", 1.0), ("data: {oops", 1.2)], "bad_stream", 1.0, 1.0, 1),
         ([(f"data: {TOKEN}", 1.0), ('data: {"error": "x"}', 1.2)], "engine_error", 1.0, 1.0, 1),
     ],

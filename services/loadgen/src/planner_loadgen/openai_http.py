@@ -3,6 +3,7 @@ completed, failed, or refused before the engine accepted it (then it may be sent
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ class Outcome:
 def new_client(connect_timeout_s: float, stall_timeout_s: float) -> httpx.AsyncClient:
     """One pooled client for every engine: a read that waits ``stall_timeout_s`` for the next chunk
     fails the request."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs every request at info
     return httpx.AsyncClient(
         timeout=httpx.Timeout(stall_timeout_s, connect=connect_timeout_s),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),

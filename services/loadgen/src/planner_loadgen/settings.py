@@ -38,6 +38,8 @@ class LoadgenSettings(BaseSettings, frozen=True, kw_only=True):
     burst_every_s: PosFloat = 300.0
     burst_len_s: PosFloat = 30.0
     isl_tokens: Annotated[int, Meta(ge=1)] = 1024
+    """Prompt length of a shape's or a client's requests. openai sends a request's input length as a
+    prompt of that many words (the engine's tokenizer decides how many tokens they make)."""
     osl_tokens: Annotated[int, Meta(ge=1)] = 128
     length_jitter: NonNegFloat = 0.0
     seed: int = 0

@@ -79,6 +79,7 @@ class StreamState:
 
     first_token_s: float | None = None
     last_token_s: float | None = None
+    last_chunk_s: float | None = None
     arrivals: int = 0
     usage_tokens: int = 0
     finished: bool = False
@@ -97,6 +98,7 @@ class StreamState:
             case LineKind.BAD:
                 self.error, self.detail = "bad_stream", line.detail
             case LineKind.CHUNK:
+                self.last_chunk_s = now_s
                 if line.has_text:
                     if self.first_token_s is None:
                         self.first_token_s = now_s
@@ -111,11 +113,15 @@ class StreamState:
 
     def end(self) -> str:
         """The request's error once the stream closed ("" when it completed): a stream must end with
-        ``[DONE]`` or a ``finish_reason`` and have streamed a token."""
+        ``[DONE]`` or a ``finish_reason`` and have produced a token. A server holds back text that is
+        not valid UTF-8 yet (llama.cpp; a random-weight model may make nothing else): tokens the
+        usage counts but no text showed arrived, for the client, with the last chunk."""
         if self.error:
             return self.error
         if not (self.done or self.finished):
             return "truncated"
+        if self.first_token_s is None and self.usage_tokens and self.last_chunk_s is not None:
+            self.first_token_s = self.last_token_s = self.last_chunk_s
         if self.first_token_s is None:
             return "no_tokens"
         return ""
