@@ -1,8 +1,9 @@
 """The whole loop on real engines and the scrape path alone: circusd + actuator-circus start one real
-llama-server worker (through the registering wrapper), HTTP traffic rises until its slots are full
-and requests are deferred, the decider (load policy, no FPM anywhere: the regression's model comes
-from the scraped counters) scales to 2, the traffic stops, it scales back to 1 by draining a worker.
-Every decision is acked ``completed`` and no request fails, during the drain included."""
+llama-server worker (through the registering wrapper), HTTP traffic from the loadgen (closed-loop
+clients streaming /v1/completions) rises until its slots are full and requests are deferred, the
+decider (load policy, no FPM anywhere: the regression's model comes from the scraped counters)
+scales to 2, the traffic stops, it scales back to 1 by draining a worker. Every decision is acked
+``completed`` and no request fails, during the drain included."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ async def test_real_llama_fleet_scales_up_and_down_on_scraped_metrics(
     detail = str(fig)
     assert fig["failed"] == 0, detail
     assert fig["ok"] > 20, detail
+    lg = fig["loadgen"]  # the loadgen's own summary of its per-request results
+    assert lg["completed"] == fig["ok"] and lg["ttft_p50_ms"] > 0 and lg["itl_p50_ms"] > 0, detail
     assert fig["model_sources"] == ["scraped"], detail
     targets = [d["agg"] for d in fig["decisions"]]
     assert 2 in targets, detail  # scaled up on the scrape path

@@ -6,35 +6,38 @@ process and port each) are started and drained by actuator-circus through the
 ``planner_runtime.llamacpp.worker`` wrapper, which registers each in ``planner_engines``. The
 fpm-relay scrapes them with its llama.cpp adapter (no FPM anywhere), the regression service learns
 their speed from the scraped counters, and the decider's load policy scales the fleet. Traffic is
-real HTTP (``/v1/completions``) from closed-loop clients, routed to the least busy registered worker
-that is not draining: a few clients, then many (slots fill up, requests are deferred, the fleet
-grows), then none (it shrinks back). A request refused before it was accepted (its worker drained
-between the routing and the send) is re-sent elsewhere, as a router would; any other error counts
-as failed.
+real HTTP from the loadgen (``--target openai``): closed-loop clients streaming ``/v1/completions``
+from the least busy registered worker that is not draining, a few, then many (slots fill up,
+requests are deferred, the fleet grows), then none (it shrinks back). A request refused before it
+was accepted (its worker drained between the routing and the send) is re-sent elsewhere, as a
+router would; any other error counts as failed. The figures come from the loadgen's per-request
+results (TTFT and ITL included) and its /healthz while it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import shutil
+import signal
+import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from rich.console import Console
 
 from planner_cli.demo import processes
 from planner_cli.demo.recorder import Recorder
-from planner_proto import DecodeError, EngineInfo, Subjects, decode
-from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
-from planner_runtime.bus import Bus, kv_watch
+from planner_loadgen.stats import RequestResult, summarize
+from planner_proto import Subjects
+from planner_runtime.bus import Bus
 from planner_runtime.llamacpp.binary import ENV_VAR, find_llama_server
 from planner_runtime.llamacpp.tinymodel import ensure_tiny_llama
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer, _die_with_parent, free_port
 from planner_runtime.settings import BaseSettings
 
 SERVICES = ("fpm-relay", "regression", "decider", "actuator-circus")
@@ -53,6 +56,7 @@ class LlamaDemoConfig:
     cooldown_s: float = 60.0
     """Longest wait for the scale-down after the traffic stops."""
     max_tokens: int = 32
+    prompt_words: int = 12
     parallel: int = 2
     ctx_per_slot: int = 512
     max_workers: int = 2
@@ -60,105 +64,6 @@ class LlamaDemoConfig:
     itl_ms: float = 500.0
     down_window_s: float = 6.0
     live: bool = True
-
-
-@dataclass
-class Traffic:
-    """Closed-loop HTTP clients over the registered llama-server workers."""
-
-    engines: dict[str, EngineInfo] = field(default_factory=dict)
-    outstanding: dict[str, int] = field(default_factory=dict)
-    ok: int = 0
-    failed: int = 0
-    resent: int = 0
-    errors: list[str] = field(default_factory=list)
-    clients: int = 0
-
-    def routable(self) -> list[str]:
-        return [k for k, i in self.engines.items() if not i.draining and i.engine_kind == "llamacpp"]
-
-    def pick(self) -> str | None:
-        keys = self.routable()
-        if not keys:
-            return None
-        return min(keys, key=lambda k: self.outstanding.get(k, 0))
-
-    @staticmethod
-    def base_url(info: EngineInfo) -> str:
-        return info.metrics_url.removesuffix("/metrics")
-
-    async def one(self, client: Any, body: dict[str, Any]) -> None:
-        import httpx
-
-        for _ in range(5):
-            key = self.pick()
-            if key is None:
-                await asyncio.sleep(0.2)
-                continue
-            info = self.engines[key]
-            self.outstanding[key] = self.outstanding.get(key, 0) + 1
-            try:
-                r = await client.post(f"{self.base_url(info)}/v1/completions", json=body)
-            except httpx.ConnectError:
-                self.resent += 1  # never accepted (the worker is gone): send it elsewhere
-                await asyncio.sleep(0.1)
-                continue
-            except httpx.HTTPError as exc:
-                self.failed += 1
-                self.errors.append(f"{key}: {type(exc).__name__}: {exc}"[:200])
-                return
-            finally:
-                self.outstanding[key] -= 1
-            if r.status_code == 200:
-                self.ok += 1
-            else:
-                self.failed += 1
-                self.errors.append(f"{key}: HTTP {r.status_code} {r.text[:120]}")
-            return
-        self.failed += 1
-        self.errors.append("no worker accepted the request")
-
-    async def client_loop(self, idx: int, stop: asyncio.Event, max_tokens: int) -> None:
-        import httpx
-
-        async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=2.0)) as client:
-            k = 0
-            while not stop.is_set() and idx < self.clients:
-                body = {
-                    "prompt": f"client {idx} request {k}: the quick brown fox jumps over the lazy dog",
-                    "max_tokens": max_tokens,
-                    "temperature": 0.0,
-                    "ignore_eos": True,
-                }
-                await self.one(client, body)
-                k += 1
-                if idx >= self.clients:
-                    return
-
-
-async def _watch_engines(bus: Bus, namespace: str, traffic: Traffic, stop: asyncio.Event) -> None:
-    import nats.errors
-
-    kv = await bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
-    watcher = await kv_watch(kv, f"{namespace}.>")
-    try:
-        while not stop.is_set():
-            try:
-                entry = await watcher.updates(timeout=0.5)
-            except (TimeoutError, nats.errors.TimeoutError):
-                continue
-            if entry is None:
-                continue
-            if entry.operation in ("DEL", "PURGE") or not entry.value:
-                traffic.engines.pop(entry.key, None)
-                continue
-            try:
-                traffic.engines[entry.key] = decode(entry.value, EngineInfo)
-            except DecodeError:
-                continue
-    finally:
-        with contextlib.suppress(Exception):
-            await watcher.stop()
 
 
 def _argv(name: str, cfg: LlamaDemoConfig, nats_url: str, port: int, circus: str, binary: Path) -> list[str]:
@@ -190,6 +95,44 @@ def _argv(name: str, cfg: LlamaDemoConfig, nats_url: str, port: int, circus: str
     return argv
 
 
+def _loadgen_argv(cfg: LlamaDemoConfig, nats_url: str, port: int) -> list[str]:
+    clients = f"{cfg.low_clients}:{cfg.warm_s:g},{cfg.high_clients}:{cfg.load_s:g}"
+    return [
+        sys.executable, "-m", "planner_loadgen", "--nats-url", nats_url, "--namespace", cfg.namespace,
+        "--http-port", str(port), "--target", "openai", "--clients", clients,
+        "--isl-tokens", str(cfg.prompt_words), "--osl-tokens", str(cfg.max_tokens), "--model", "tiny-llama",
+        "--stall-timeout-s", "30", "--interval-s", "2", "--results-file", str(cfg.out_dir / "requests.jsonl"),
+    ]  # fmt: skip
+
+
+def _start_loadgen(cfg: LlamaDemoConfig, nats_url: str, port: int) -> subprocess.Popen[bytes]:
+    with (cfg.out_dir / "logs" / "loadgen.log").open("ab") as log:
+        return subprocess.Popen(
+            _loadgen_argv(cfg, nats_url, port),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _read_results(path: Path) -> list[RequestResult]:
+    if not path.exists():
+        return []
+    dec = msgspec.json.Decoder(RequestResult)
+    return [dec.decode(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
 def _ready(rec: Recorder) -> int:
     st = rec.latest_replicas()
     cr = st.components.get("agg") if st is not None else None
@@ -208,9 +151,7 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
     nats = NatsServer(store_dir=out / "nats").start()
     circus: processes.Circus | None = None
     bus: Bus | None = None
-    stop = asyncio.Event()
-    tasks: list[asyncio.Task[None]] = []
-    traffic = Traffic()
+    loadgen: subprocess.Popen[bytes] | None = None
     timeline: list[dict[str, Any]] = []
     try:
         ports = {name: free_port() for name in SERVICES}
@@ -236,45 +177,49 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
         bus = await Bus.connect(BaseSettings(nats_url=nats.url, namespace=cfg.namespace), max_wait_s=10)
         rec = Recorder(Subjects(ns=cfg.namespace))
         await rec.attach(bus)
-        tasks.append(asyncio.create_task(_watch_engines(bus, cfg.namespace, traffic, stop)))
         t0 = time.monotonic()
-        while not (_ready(rec) >= 1 and traffic.routable()):
+        while _ready(rec) < 1:
             if time.monotonic() - t0 > 60:
                 raise RuntimeError(f"no llama-server worker ready after 60 s; see {out / 'logs'}")
             await asyncio.sleep(0.2)
-        console.print(f"[bold]llama-server[/] worker ready: {traffic.routable()}")
+        console.print("[bold]llama-server[/] worker ready; starting the loadgen (HTTP, closed-loop clients)")
+        counts = {"clients": 0, "ok": 0, "failed": 0}
 
         def note(phase: str) -> None:
             timeline.append(
-                {
-                    "t": round(time.monotonic() - t0, 1),
-                    "phase": phase,
-                    "ready": _ready(rec),
-                    "ok": traffic.ok,
-                    "failed": traffic.failed,
-                }
+                {"t": round(time.monotonic() - t0, 1), "phase": phase, "ready": _ready(rec), **counts}
             )
             console.print(timeline[-1])
 
-        def start_clients(n: int) -> None:
-            for i in range(traffic.clients, n):
-                tasks.append(asyncio.create_task(traffic.client_loop(i, stop, cfg.max_tokens)))
-            traffic.clients = n
-
-        start_clients(cfg.low_clients)
-        note("low traffic")
-        await asyncio.sleep(cfg.warm_s)
-        start_clients(cfg.high_clients)
-        note("high traffic")
+        phases = {cfg.low_clients: "low traffic", cfg.high_clients: "high traffic", 0: "traffic stops"}
+        loadgen_port = free_port()
+        started = time.monotonic()
+        loadgen = _start_loadgen(cfg, nats.url, loadgen_port)
         peak = 1
-        deadline = time.monotonic() + cfg.load_s
-        while time.monotonic() < deadline:
+        # the loadgen waits up to 60 s for a routable worker, then its phases run, then its last requests
+        limit_s = 60.0 + cfg.warm_s + cfg.load_s + 60.0
+        while loadgen.poll() is None:
+            if time.monotonic() - started > limit_s:
+                raise RuntimeError(f"the loadgen did not finish in {limit_s:.0f} s; see {out / 'logs'}")
             peak = max(peak, _ready(rec))
+            health = await asyncio.to_thread(processes.healthz, loadgen_port)
+            if health is not None:
+                clients = health.get("clients")
+                done, failed = health.get("done"), health.get("failed")
+                if isinstance(done, int) and isinstance(failed, int):
+                    counts.update(ok=done - failed, failed=failed)
+                if isinstance(clients, int) and clients != counts["clients"]:
+                    counts["clients"] = clients
+                    note(phases.get(clients, f"{clients} clients"))
             await asyncio.sleep(0.5)
-        note("traffic stops")
-        traffic.clients = 0
-        clients = [t for t in tasks[1:] if not t.done()]
-        await asyncio.gather(*clients, return_exceptions=True)
+        wall_s = time.monotonic() - started
+        if loadgen.returncode != 0:
+            raise RuntimeError(
+                f"the loadgen exited with {loadgen.returncode}; see {out / 'logs' / 'loadgen.log'}"
+            )
+        results = _read_results(out / "requests.jsonl")
+        loadgen_summary = summarize(results, wall_s)
+        counts.update(clients=0, ok=loadgen_summary.completed, failed=loadgen_summary.failed)
         note("traffic stopped")
         deadline = time.monotonic() + cfg.cooldown_s
         while time.monotonic() < deadline:
@@ -302,10 +247,11 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
         # the model behind the snapshots that had workers (before any, there is nothing to learn from)
         sources = sorted({s.model_source for _, s in snaps if s.workers})
         figures: dict[str, Any] = {
-            "ok": traffic.ok,
-            "failed": traffic.failed,
-            "resent": traffic.resent,
-            "errors": traffic.errors[:5],
+            "ok": loadgen_summary.completed,
+            "failed": loadgen_summary.failed,
+            "resent": loadgen_summary.retries,
+            "errors": [f"{','.join(r.workers) or '-'}: {r.error}" for r in results if not r.ok][:5],
+            "loadgen": msgspec.to_builtins(loadgen_summary),
             "peak_ready": peak,
             "final_ready": _ready(rec),
             "decisions": decisions,
@@ -316,10 +262,8 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
         (out / "summary.json").write_text(json.dumps(figures, indent=2, default=str))
         return figures
     finally:
-        stop.set()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if loadgen is not None:
+            await asyncio.to_thread(_stop, loadgen)
         if bus is not None:
             await bus.close()
         if circus is not None:
