@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfgs = _configs(args, policies)
         for label, cfg in cfgs:
-            preps, runs = run_bench(cfg, progress=None if args.json else default_progress)
+            preps, runs = run_bench(cfg, progress=default_progress)  # stderr: --json stays clean
             if label or args.startup_sweep:  # one name per (scenario, startup): the report groups by it
                 suffix = f" startup {cfg.startup_s:g}s" if args.startup_sweep else ""
                 names = {p.name: f"{label or p.name}{suffix}" for p in preps}
