@@ -1,0 +1,78 @@
+"""The README's policy tables from ``planner bench --frontier --json`` output (one or more files).
+
+Per trace: the limits (instant oracle, clairvoyant oracle paying the startup), then per policy the
+GPU-hours it needs for 99 % and 95 % attainment (interpolated on its frontier), both as a ratio to
+the clairvoyant oracle, the best attainment it reached, and its default knob's own run.
+
+    uv run planner bench --frontier --scenario azure-conv --json > conv.json
+    uv run python benchmarks/frontier_table.py conv.json [more.json ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+NAMES = {
+    "static": "static fleet (hindsight size)",
+    "threshold": "threshold (reference, seed 003)",
+    "sla": "sla (reference throughput mode)",
+    "load": "load (reference load mode)",
+    "combined": "**combined (ours)**",
+}
+
+
+def _gh(v: float | None, clv: float) -> str:
+    if v is None:
+        return "never"
+    return f"{v:.2f} ({v / clv:.2f}x)" if clv > 0 else f"{v:.2f}"
+
+
+def _num(v: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def trace_table(t: dict[str, Any]) -> str:
+    clv = float(t["clairvoyant"]["gpu_hours"])
+    orc = t["oracle"]
+    head = (
+        f"**{t['trace']}**: {t['requests']:,} requests ({t['infeasible_requests']} infeasible, not counted), "
+        f"rate x{t['rate_scale']:g}; instant oracle {orc['gpu_hours']:.2f} GPU-h (peak {orc['peak_gpus']} GPUs), "
+        f"clairvoyant oracle paying the startup {clv:.2f} GPU-h "
+        f"(its replay: {t['clairvoyant']['replay_sla_attainment_pct']:.1f} % SLA)\n\n"
+    )
+    rows = [
+        "| policy | GPU-h at 99 % (x clairvoyant) | GPU-h at 95 % (x clairvoyant) | best SLA % | "
+        "default knob: SLA % / GPU-h | knob swept |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in t["policies"]:
+        knob = "-" if r["knob"] is None else f"{r['knob']:g}"
+        points = ", ".join(
+            f"{'-' if p['knob'] is None else format(p['knob'], 'g')}: {p['sla_attainment_pct']:.1f} % "
+            f"/ {p['gpu_hours']:.2f}"
+            for p in sorted(r["frontier"], key=lambda p: p["knob"] if p["knob"] is not None else 0.0)
+        )
+        rows.append(
+            f"| {NAMES.get(r['policy'], r['policy'])} | {_gh(r['gpu_hours_at_99_pct'], clv)} | "
+            f"{_gh(r['gpu_hours_at_95_pct'], clv)} | {_num(r['max_attainment_pct'], '{:.2f}')} | "
+            f"{r['sla_attainment_pct']:.1f} / {r['gpu_hours']:.2f} (knob {knob}) | "
+            f"{r['knob_name']}: {points} |"
+        )
+    return head + "\n".join(rows) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("files", nargs="+", type=Path)
+    args = ap.parse_args()
+    for f in args.files:
+        doc = json.loads(f.read_text())
+        for t in doc["traces"]:
+            print(trace_table(t))
+
+
+if __name__ == "__main__":
+    main()
