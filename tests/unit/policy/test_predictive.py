@@ -12,11 +12,13 @@ from planner_proto.traffic import TrafficSample
 from planner_sim.bench import _profile
 
 
-def run(shared: Path, target: float, samples: int = 40) -> tuple[dict[str, int], dict[str, float]]:
+def run(
+    shared: Path, target: float, samples: int = 40, desired: int = 2
+) -> tuple[dict[str, int], dict[str, float]]:
     capacity = _profile(str(shared / "dynamo"))[2]
     cfg = replace(PolicyConfig(), policy=PolicyKind.COMBINED, target_attainment=target, max_gpu_budget=-1)
     st = PolicyState()
-    reps = {c: ComponentReplicas(desired=2, ready=2) for c in ("prefill", "decode")}
+    reps = {c: ComponentReplicas(desired=desired, ready=desired) for c in ("prefill", "decode")}
     result = None
     for i in range(samples):
         # 30 s samples: 40 req/s with a +-25 % wobble
@@ -51,3 +53,14 @@ def test_target_attainment_moves_the_floor(shared_data: Path) -> None:
     lo, _ = run(shared_data, 0.8)
     assert lo["prefill"] < hi["prefill"]
     assert lo["decode"] <= hi["decode"]
+
+
+def test_no_step_down_before_the_forecast_errors_are_measured(shared_data: Path) -> None:
+    """12 errors at the 5-sample lead need 8 warm-up samples + 5 + 12: a fleet of 20 is held before,
+    and brought down to what 40 req/s needs after."""
+    early, diag = run(shared_data, 0.99, samples=20, desired=20)
+    assert early == {"prefill": 20, "decode": 20}
+    assert diag["prefill.predictive.warming_hold"] == 1.0
+    late, diag = run(shared_data, 0.99, samples=40, desired=20)
+    assert late["prefill"] < 20 and late["decode"] < 20
+    assert "prefill.predictive.warming_hold" not in diag

@@ -128,6 +128,15 @@ def predictive_floor(
             cfg,
             {"itl_target_corrected_ms": itl_target},
         )
+    for c, series in ((PREFILL, st.prefill), (DECODE, st.decode)):
+        r = out.get(c)
+        if r is None or r.target is None or len(series.errors) >= hcfg.min_errors:
+            continue
+        # ours: no step down on a floor whose forecast errors are not measured yet (the prior spread
+        # stands in): the first minutes of a fleet say little about its traffic's bursts
+        held = inputs.replicas[c].desired
+        if held > r.target:
+            out[c] = replace(r, target=held, diagnostics={**r.diagnostics, "warming_hold": 1.0})
     floor = {c: r.target for c, r in out.items() if r.target is not None}
     diag["predictive.lead_samples"] = float(lead)
     diag["predictive.season_samples"] = float(st.prefill.period)
