@@ -59,8 +59,52 @@ def test_bursts_between_zeros_do_not_explode_the_scenarios() -> None:
 
 
 def test_prior_stands_in_until_enough_errors() -> None:
-    s = feed([100.0] * 3, lead=1, cfg=HorizonConfig(warmup_samples=1, min_errors=50))
-    assert len(demand_scenarios(s, 1, CFG)) == len(PRIOR_ERRORS) + len(s.errors)
+    cfg = HorizonConfig(warmup_samples=1, min_errors=50, symmetric=False)
+    s = feed([100.0] * 3, lead=1, cfg=cfg)
+    # the fixed prior, the latest change (none here) and what is measured
+    scen = demand_scenarios(s, 1, cfg)
+    assert len(scen) == len(PRIOR_ERRORS) + 1 + len(s.fast_errors)
+    assert sorted(scen)[-1] == pytest.approx(100.0 * (1 + max(PRIOR_ERRORS)))
+
+
+def test_a_fleet_starting_on_a_ramp_sizes_for_the_ramp_continuing() -> None:
+    # 4 samples of a steep ramp, no error measured yet: the stand-in spread holds the latest change
+    # carried over the lead, not just a share of a level the ramp has already left
+    cfg = HorizonConfig(symmetric=False)
+    values = [10.0, 16.0, 22.0, 38.0]
+    s = feed(values, lead=5, cfg=cfg)
+    change = (38.0 - 10.0) * 5 / 3
+    assert max(demand_scenarios(s, 5, cfg)) >= 38.0 + change
+    flat = feed([38.0] * 4, lead=5, cfg=cfg)
+    assert max(demand_scenarios(flat, 5, cfg)) < 38.0 * 2
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_symmetric_errors_mirror_the_trend_record(symmetric: bool) -> None:
+    # a record that holds only over-forecasts (a falling series) also stands for under-forecasts
+    cfg = HorizonConfig(warmup_samples=1, min_errors=4, symmetric=symmetric)
+    s = feed([1000.0 - 20 * i for i in range(30)], lead=3, cfg=cfg)
+    fc = max(demand_scenarios(s, 3, cfg))
+    worst_over = -min(s.fast_errors) * s.slow
+    if symmetric:
+        assert worst_over > 0 and fc >= min(demand_scenarios(s, 3, cfg)) + worst_over
+    else:
+        assert len(demand_scenarios(s, 3, cfg)) == len(s.fast_errors)
+
+
+def test_the_fast_trend_is_used_until_the_steady_one_does_better() -> None:
+    from planner_core.policy.horizon import uses_fast
+
+    cfg = HorizonConfig(warmup_samples=1, min_errors=8)
+    # a steady ramp: the fast Holt tracks it, the steady one lags (its trend settles at about half)
+    ramp = feed([100.0 + 10 * i for i in range(40)], lead=4, cfg=cfg)
+    assert uses_fast(ramp, cfg)
+    assert abs(sum(ramp.fast_errors[-8:])) < abs(sum(ramp.errors[-8:]))
+    # white noise around a level: the fast one chases the noise, the steady one wins
+    noise = [100.0 + (17.0 if (i * 7919) % 13 > 6 else -17.0) for i in range(80)]
+    assert not uses_fast(feed(noise, lead=4, cfg=cfg), cfg)
+    # before either is measured, the fast one
+    assert uses_fast(feed([5.0, 6.0], lead=4, cfg=cfg), cfg)
 
 
 @pytest.mark.parametrize(
@@ -142,6 +186,18 @@ def test_a_seasonal_series_is_forecast_by_its_season() -> None:
     # and its measured errors are far tighter than the damped trend's
     scen = demand_scenarios(s, lead, cfg)
     assert max(scen) - min(scen) < 0.5 * (max(s.errors) - min(s.errors)) * s.slow
+
+
+def test_a_season_found_late_is_judged_on_the_history_at_once() -> None:
+    # the seasonal forecast's record is back-tested over the history when the season is found, so it
+    # takes over as soon as it does better, not a season after it is found
+    cfg = HorizonConfig()
+    lead = 5
+    values = _wave(60, 30, noise=0.02)
+    s = feed(values, lead, cfg)
+    assert s.period == pytest.approx(30, abs=1)
+    assert len(s.seasonal_errors) >= cfg.min_errors
+    assert all(abs(e) < 0.3 for e in s.seasonal_errors)
 
 
 def test_without_a_season_the_damped_trend_is_used() -> None:

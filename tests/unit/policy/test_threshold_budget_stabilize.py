@@ -233,8 +233,21 @@ STAB = PolicyConfig(up_window_s=60.0, down_window_s=300.0)
         # a high recommendation inside the window pins at current (no flip): max(7, 2) = 7 -> min(current 5)
         (recs((900, 7), (1000, 2)), 2, 5, 5),
         (recs((1000, 5)), 5, 5, 5),
+        # a recommendation with its own hold (the predictive floor's: its horizon) stops holding a
+        # scale-down back after it, inside down_window_s: max(2) = 2
+        ((Recommendation(at_s=800, component="decode", replicas=4, hold_s=150.0), *recs((1000, 2))), 2, 5, 2),
+        # ... and still holds within it: max(4, 2) = 4
+        ((Recommendation(at_s=900, component="decode", replicas=4, hold_s=150.0), *recs((1000, 2))), 2, 5, 4),
     ],
-    ids=["up_min_of_window", "up_old_ignored", "down_max_of_window", "down_no_flip", "same"],
+    ids=[
+        "up_min_of_window",
+        "up_old_ignored",
+        "down_max_of_window",
+        "down_no_flip",
+        "same",
+        "own_hold_over",
+        "own_hold_within",
+    ],
 )
 def test_stabilize(history: tuple[Recommendation, ...], rec: int, current: int, expected: int) -> None:
     assert stabilize("decode", rec, current, history, STAB, 1000.0) == expected

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from planner_core.policy.budget import apply_budget, issuable_targets
 from planner_core.policy.config import PolicyConfig, PolicyKind
 from planner_core.policy.load import admission_blocked, load_policy
-from planner_core.policy.predictive import predictive_floor
+from planner_core.policy.predictive import lead_samples, predictive_floor
 from planner_core.policy.stabilize import prune_events, prune_recommendations, rate_limit, stabilize
 from planner_core.policy.threshold import ThresholdMemory, threshold_policy
 from planner_core.policy.throughput import Corrections, forecast_count, throughput_policy, update_corrections
@@ -154,6 +154,11 @@ def decide(
         evaluated = True
 
     predictive = kind is PolicyKind.COMBINED and not compat and cfg.predictive
+    # ours: where the predictive floor sets the target, it already covers the demand up to the first
+    # sample a worker ordered now can serve; a scale-down is held back that long, not down_window_s
+    floor_set: set[str] = set()
+    sample_s = inputs.traffic.interval_s if inputs.traffic is not None else cfg.demand_interval_s
+    floor_hold_s = lead_samples(cfg.startup_s, sample_s) * sample_s
     if predictive:
         pres, pst, pdiag = predictive_floor(inputs, st.predictive, cfg, st.decode_correction)
         floor_fresh = floor_fresh or pst.floor != st.predictive.floor
@@ -204,6 +209,7 @@ def decide(
                 diag[f"{c}.predictive_floor"] = float(fl)
                 up = res_c.target if res_c.target is not None and res_c.target > current[c] else None
                 if up is None or up < fl:
+                    floor_set.add(c)
                     res_c = ComponentResult(
                         target=fl,
                         reason=_direction(fl, current[c]),
@@ -283,7 +289,8 @@ def decide(
         if compat or c in woken:
             desired[c] = rec
             continue
-        history = (*history, Recommendation(at_s=now_s, component=c, replicas=rec))
+        hold = floor_hold_s if c in floor_set else None
+        history = (*history, Recommendation(at_s=now_s, component=c, replicas=rec, hold_s=hold))
         stable = stabilize(c, rec, current[c], history, cfg, now_s)
         if stable != rec:
             reasons[c] = Reason.STABILIZED

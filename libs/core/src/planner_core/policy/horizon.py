@@ -50,6 +50,11 @@ class SeriesState:
     seasonal_pending: tuple[tuple[int, float, float], ...] = ()
     seasonal_errors: tuple[float, ...] = ()
     """Errors of the seasonal forecast at the lead, as ``errors`` are for the damped trend."""
+    fast_level: float | None = None
+    fast_trend: float = 0.0
+    """A second, faster Holt (``fast_alpha``...): it follows a ramp that the steady one lags."""
+    fast_pending: tuple[tuple[int, float, float], ...] = ()
+    fast_errors: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +77,16 @@ class HorizonConfig:
     """Samples kept for the season search (6 h of 30 s samples)."""
     min_season_correlation: float = 0.5
     """Autocorrelation a lag needs (and to be a local peak) to count as the traffic's season."""
+    fast_alpha: float = 0.5
+    fast_beta: float = 0.3
+    fast_damping: float = 0.98
+    """The fast Holt: it tracks a ramp (the steady one settles at about half a ramp's slope), at the
+    price of wider errors on noisy traffic. Each series uses whichever has done better (lower mean
+    absolute error at the lead); the fast one until both are measured."""
+    symmetric: bool = True
+    """Each measured error of the trend forecaster also stands for its mirror image (one that
+    over-forecast a fall under-forecasts the next rise by as much, and a record from one phase of the
+    traffic holds only one of them). The seasonal record spans whole seasons: taken as it is."""
 
 
 def _settle(
@@ -93,6 +108,17 @@ def _settle(
     return tuple(left), tuple(errs[-keep:])
 
 
+def _holt(
+    level: float | None, trend: float, value: float, samples: int, alpha: float, beta: float, damping: float
+) -> tuple[float, float]:
+    if level is None:
+        return value, 0.0
+    new = alpha * value + (1 - alpha) * (level + damping * trend)
+    # the first samples set the trend quickly (a fleet starting on a ramp must see the ramp)
+    b = max(beta, 1.0 / (samples + 1))
+    return new, b * (new - level) + (1 - b) * damping * trend
+
+
 def update_series(
     s: SeriesState, index: int, value: float, lead_samples: int, cfg: HorizonConfig
 ) -> SeriesState:
@@ -101,22 +127,22 @@ def update_series(
     value = max(value, 0.0) if math.isfinite(value) else 0.0
     pending, errors = _settle(s.pending, s.errors, index, value, cfg.max_errors)
     s_pending, s_errors = _settle(s.seasonal_pending, s.seasonal_errors, index, value, cfg.max_errors)
+    f_pending, f_errors = _settle(s.fast_pending, s.fast_errors, index, value, cfg.max_errors)
+    level, trend = _holt(s.level, s.trend, value, s.samples, cfg.alpha, cfg.beta, cfg.damping)
+    f_level, f_trend = _holt(
+        s.fast_level, s.fast_trend, value, s.samples, cfg.fast_alpha, cfg.fast_beta, cfg.fast_damping
+    )
     if s.level is None:
-        level, trend, slow = value, 0.0, value
+        slow = value
     else:
-        prev_level = s.level
-        level = cfg.alpha * value + (1 - cfg.alpha) * (prev_level + cfg.damping * s.trend)
-        # the first samples set the trend quickly (a fleet starting on a ramp must see the ramp)
-        beta = max(cfg.beta, 1.0 / (s.samples + 1))
-        trend = beta * (level - prev_level) + (1 - beta) * cfg.damping * s.trend
         # the slow level follows quickly while it is below the samples' scale (start, after idle)
         a = max(cfg.slow_alpha, 1.0 / (s.samples + 1))
         slow = s.slow + a * (value - s.slow)
     history = (*s.history, value)[-cfg.max_history :]
     period = find_period(history, lead_samples, cfg.min_season_correlation)
-    if abs(period - s.period) > 0.1 * max(period, s.period):
-        # another season is another forecaster: its record starts afresh
-        s_pending, s_errors = (), ()
+    if period != s.period:
+        # another season is another forecaster: its record is what it would have said so far
+        s_pending, s_errors = (), _backtest_season(history, period, lead_samples, slow, cfg.max_errors)
     nxt = SeriesState(
         level=level,
         trend=trend,
@@ -129,11 +155,20 @@ def update_series(
         period=period,
         seasonal_pending=s_pending,
         seasonal_errors=s_errors,
+        fast_level=f_level,
+        fast_trend=f_trend,
+        fast_pending=f_pending,
+        fast_errors=f_errors,
     )
     if nxt.samples < max(cfg.warmup_samples, lead_samples):
         return nxt
     fc = forecast(nxt, lead_samples, cfg)
-    nxt = replace(nxt, pending=(*nxt.pending, (index + lead_samples, fc, slow)))
+    ffc = fast_forecast(nxt, lead_samples, cfg)
+    nxt = replace(
+        nxt,
+        pending=(*nxt.pending, (index + lead_samples, fc, slow)),
+        fast_pending=(*nxt.fast_pending, (index + lead_samples, ffc, slow)),
+    )
     sfc = seasonal_forecast(nxt, lead_samples)
     if sfc is not None:
         nxt = replace(nxt, seasonal_pending=(*nxt.seasonal_pending, (index + lead_samples, sfc, slow)))
@@ -175,14 +210,33 @@ def find_period(history: Sequence[float], lead_samples: int, min_correlation: fl
 def seasonal_forecast(s: SeriesState, steps: int) -> float | None:
     """The value one season before the target sample (a 3-sample mean), shifted by how much the last
     ``steps`` samples differ from the same samples a season earlier; None without a season or before
-    two seasons are in the history."""
-    p, h = s.period, s.history
-    n = len(h)
-    if p <= steps or n < 2 * p + steps:
+    a season and the lead are in the history."""
+    return _seasonal(s.history, s.period, steps)
+
+
+def _backtest_season(
+    history: Sequence[float], period: int, steps: int, unit: float, keep: int
+) -> tuple[float, ...]:
+    """Errors (in ``unit``) the seasonal forecast with this period would have made at the lead over
+    the history: a season found late is judged at once, not a season later."""
+    if period <= 0 or unit <= 1e-9:
+        return ()
+    errs: list[float] = []
+    for target in range(max(period + 2 * steps, len(history) - keep), len(history)):
+        fc = _seasonal(history, period, steps, target - steps + 1)
+        if fc is not None:
+            errs.append((history[target] - fc) / unit)
+    return tuple(errs)
+
+
+def _seasonal(h: Sequence[float], p: int, steps: int, n: int | None = None) -> float | None:
+    """The seasonal forecast made after the first ``n`` samples of ``h`` (default: all)."""
+    n = len(h) if n is None else n
+    if p <= steps or n < p + steps:
         return None
     at = n - 1 + steps - p
     base = sum(h[max(at - 1, 0) : at + 2]) / len(h[max(at - 1, 0) : at + 2])
-    recent = sum(h[n - steps :]) / steps
+    recent = sum(h[n - steps : n]) / steps
     before = sum(h[n - steps - p : n - p]) / steps
     return max(base + recent - before, 0.0)
 
@@ -195,24 +249,50 @@ def forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
     return max(s.level + damp * s.trend, 0.0)
 
 
+def fast_forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
+    """The fast Holt's forecast ``steps`` samples ahead (never negative)."""
+    if s.fast_level is None:
+        return 0.0
+    damp = sum(cfg.fast_damping**k for k in range(1, max(steps, 0) + 1))
+    return max(s.fast_level + damp * s.fast_trend, 0.0)
+
+
+def _better(a: Sequence[float], b: Sequence[float], cfg: HorizonConfig) -> bool | None:
+    """Whether errors ``a`` have a lower mean absolute value than ``b`` over the latest forecasts both
+    scored; None while fewer than ``min_errors`` are."""
+    k = min(len(a), len(b))
+    if k < cfg.min_errors:
+        return None
+    return sum(abs(e) for e in a[-k:]) < sum(abs(e) for e in b[-k:])
+
+
+def uses_fast(s: SeriesState, cfg: HorizonConfig) -> bool:
+    """Whether the fast Holt is the trend forecaster: until both are measured (a fleet that knows
+    nothing of its traffic yet must not lag a ramp), then while it has done better."""
+    better = _better(s.fast_errors, s.errors, cfg)
+    return better is None or better
+
+
+def _trend(s: SeriesState, steps: int, cfg: HorizonConfig) -> tuple[float, tuple[float, ...]]:
+    """The trend forecaster in use: its forecast and its measured errors."""
+    if uses_fast(s, cfg):
+        return fast_forecast(s, steps, cfg), s.fast_errors
+    return forecast(s, steps, cfg), s.errors
+
+
 def uses_season(s: SeriesState, steps: int, cfg: HorizonConfig) -> bool:
-    """Whether the seasonal forecast has done better than the damped trend: lower mean absolute
-    error over the latest forecasts both scored (at least ``min_errors``)."""
+    """Whether the seasonal forecast has done better than the trend forecaster in use: lower mean
+    absolute error over the latest forecasts both scored (at least ``min_errors``)."""
     if seasonal_forecast(s, steps) is None:
         return False
-    k = min(len(s.errors), len(s.seasonal_errors))
-    if k < cfg.min_errors:
-        return False
-    trend_err = sum(abs(e) for e in s.errors[-k:])
-    season_err = sum(abs(e) for e in s.seasonal_errors[-k:])
-    return season_err < trend_err
+    return bool(_better(s.seasonal_errors, _trend(s, steps, cfg)[1], cfg))
 
 
 def best_forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
     """The forecast ``steps`` ahead that :func:`demand_scenarios` starts from."""
     if uses_season(s, steps, cfg):
         return seasonal_forecast(s, steps) or 0.0
-    return forecast(s, steps, cfg)
+    return _trend(s, steps, cfg)[0]
 
 
 def demand_scenarios(s: SeriesState, steps: int, cfg: HorizonConfig) -> tuple[float, ...]:
@@ -222,10 +302,25 @@ def demand_scenarios(s: SeriesState, steps: int, cfg: HorizonConfig) -> tuple[fl
         fc = seasonal_forecast(s, steps) or 0.0
         errors = s.seasonal_errors
     else:
-        errors = s.errors if len(s.errors) >= cfg.min_errors else (*PRIOR_ERRORS, *s.errors)
-        fc = forecast(s, steps, cfg)
+        fc, errors = _trend(s, steps, cfg)
+        if len(errors) < cfg.min_errors:
+            errors = (*PRIOR_ERRORS, *_recent_change(s, steps), *errors)
+        if cfg.symmetric:
+            errors = (*errors, *(-e for e in errors))
     unit = max(s.slow, 0.0)
     return tuple(max(fc + e * unit, 0.0) for e in errors)
+
+
+def _recent_change(s: SeriesState, steps: int) -> tuple[float, ...]:
+    """Stand-in errors (in slow levels) from the series' own latest change, scaled to ``steps``: what
+    a forecast that missed this change would be off by at the lead. A fleet starting on a ramp has no
+    measured errors yet, and the fixed prior is a share of a level that the ramp has already left."""
+    h, unit = s.history, s.slow
+    k = min(steps, len(h) - 1)
+    if k < 1 or unit <= 1e-9:
+        return ()
+    change = (h[-1] - h[-1 - k]) * steps / k / unit
+    return (change,)
 
 
 def predicted_attainment(capacity: float, demands: Sequence[float]) -> float:

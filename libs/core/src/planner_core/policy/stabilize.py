@@ -1,7 +1,7 @@
 """Kubernetes-HPA-style stabilisation and rate limits, with windows measured between timestamps.
 
 Going up, take the smallest recommendation of the up window; going down, the largest of the down
-window; never past the current count in the other direction (no flipping). Rate limits cap how far
+window (a recommendation may carry its own, shorter hold); never past the current count in the other direction (no flipping). Rate limits cap how far
 the count can move within ``rate_period_s``, from the count at the start of that period.
 """
 
@@ -39,7 +39,11 @@ def stabilize(
         window = [r.replicas for r in mine if now_s - r.at_s <= cfg.up_window_s] or [recommendation]
         return max(current, min(window))
     if recommendation < current:
-        window = [r.replicas for r in mine if now_s - r.at_s <= cfg.down_window_s] or [recommendation]
+        window = [
+            r.replicas
+            for r in mine
+            if now_s - r.at_s <= (cfg.down_window_s if r.hold_s is None else r.hold_s)
+        ] or [recommendation]
         return min(current, max(window))
     return current
 

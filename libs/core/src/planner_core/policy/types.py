@@ -91,6 +91,8 @@ class Recommendation:
     at_s: float
     component: str
     replicas: int
+    hold_s: float | None = None
+    """How long this recommendation holds a scale-down back (None: ``down_window_s``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
