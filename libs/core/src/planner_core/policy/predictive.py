@@ -31,6 +31,7 @@ from planner_core.policy.horizon import (
     demand_scenarios,
     fewest_replicas,
     update_series,
+    uses_fast,
     uses_season,
 )
 from planner_core.policy.queueing import max_prefill_utilisation
@@ -141,6 +142,7 @@ def predictive_floor(
     diag["predictive.lead_samples"] = float(lead)
     diag["predictive.season_samples"] = float(st.prefill.period)
     diag["predictive.seasonal"] = float(uses_season(st.prefill, lead, hcfg))
+    diag["predictive.fast_trend"] = float(uses_fast(st.prefill, hcfg))
     return out, replace(st, floor=floor), diag
 
 
