@@ -49,7 +49,7 @@ def test_the_first_ramp_is_followed_and_the_trough_given_back(shared_data: Path)
         & (log.itl_s() * 1e3 <= cfg.itl_target_ms)
     )
     first_ramp = log.arrival_s < 450.0
-    # before the fast trend and the cold-start spread, 45 % of the first ramp met the SLA
+    # with the steady trend alone 8 % of the first ramp met the SLA; with the fast one, 45 %
     assert ok[first_ramp].mean() >= 0.65
     assert summarize(log, prep.ttft_targets_ms, cfg.itl_target_ms).sla_attainment_pct >= 88.0
     # the second trough (1 req/s about t = 1350 + 450): engines given back, not held from the peak
