@@ -133,12 +133,15 @@ def test_bench_frontier_and_calibrated_peak(
     assert png.stat().st_size > 10_000
 
 
-def test_bench_bad_trace_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_bad_trace_is_a_clear_error(
+    tmp_path: Path, shared_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text(
         '{"timestamp": 0, "input_length": 5, "output_length": 5}\n{"timestamp": "nan", "input_length": 5, "output_length": 5}\n'
     )
-    assert main(["bench", "--trace", str(path), "--json"]) == 2
+    profile = str(shared_data / "dynamo")
+    assert main(["bench", "--trace", str(path), "--profile", profile, "--json"]) == 2
     assert f"{path}:2: bad timestamp" in capsys.readouterr().err
 
 
