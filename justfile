@@ -114,6 +114,10 @@ bench *args: setup
 bench-frontier *args: setup
     uv run planner bench --frontier --jobs 2 --scenario azure-conv --scenario azure-code --scenario servegen-day --scenario sinusoid --plot out/bench-frontier.png "$@"
 
+# one policy on one scenario, window by window (misses, fleet vs oracle) and GPU-hours per half vs the clairvoyant
+bench-windows *args: setup
+    uv run python benchmarks/policy_windows.py "$@"
+
 # kill -9 each service (and nats-server) during a demo run and check the invariants
 chaos *args: setup
     uv run planner chaos "$@"

@@ -8,14 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from planner_sim.bench import (
-    BenchConfig,
-    PolicyContext,
-    _profile,
-    cluster_settings,
-    make_controller,
-    prepare_trace,
-)
+from planner_sim.bench import BenchConfig, _profile, cluster_settings, prepare_trace
+from planner_sim.policies import PolicyContext, make_controller
 from planner_sim.records import summarize
 from planner_sim.simulator import simulate
 
