@@ -4,6 +4,8 @@ tests/integration/actuators/test_conformance.py; these tables pin the edge cases
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -214,3 +216,70 @@ async def test_a_worker_problem_fails_the_current_decision() -> None:
     b.capacity = 1
     await f._pass()
     assert (2, "failed", "keeps exiting") in f.sent
+
+
+class StuckBackend(MemBackend):
+    """``workers`` blocks until released: a control pass waiting on a call that does not return."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.block = False
+
+    async def workers(self, known: Mapping[str, WorkerRecord]) -> list[Seen]:
+        if self.block:
+            await self.release.wait()
+        return await super().workers(known)
+
+
+class RecordingBus:
+    def __init__(self) -> None:
+        self.published: list[tuple[float, Any]] = []
+
+    async def publish(self, subject: str, msg: Any) -> None:
+        self.published.append((asyncio.get_running_loop().time(), msg))
+
+
+async def test_status_stays_on_time_while_a_pass_is_stuck() -> None:
+    from planner_runtime.decisions import StatusPublisher
+
+    b = StuckBackend()
+    f = Follower(b)
+    bus = RecordingBus()
+    f.status_every_s = 0.2
+    f._status = StatusPublisher(bus, "t.replicas", 0.2)  # type: ignore[arg-type]
+    stopping = asyncio.Event()
+    tasks = [asyncio.create_task(f.control_loop(stopping)), asyncio.create_task(f.status_loop(stopping))]
+    try:
+        await asyncio.sleep(0.3)
+        assert bus.published  # the first pass's status
+        b.block = True  # the next pass hangs (a JetStream call during a leader election)
+        await asyncio.sleep(0.3)
+        stuck_at = asyncio.get_running_loop().time()
+        await asyncio.sleep(1.0)
+        during = [t for t, _ in bus.published if t >= stuck_at]
+        # still published about every 0.2 s although no pass completes
+        assert len(during) >= 3, bus.published
+        assert max(y - x for x, y in itertools.pairwise(during)) < 0.5
+    finally:
+        b.release.set()
+        stopping.set()
+        f.wake.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5.0)
+
+
+async def test_no_extra_status_while_passes_complete() -> None:
+    from planner_runtime.decisions import StatusPublisher
+
+    f = Follower(MemBackend())
+    bus = RecordingBus()
+    f.status_every_s = 0.2
+    f._status = StatusPublisher(bus, "t.replicas", 0.2)  # type: ignore[arg-type]
+    stopping = asyncio.Event()
+    tasks = [asyncio.create_task(f.control_loop(stopping)), asyncio.create_task(f.status_loop(stopping))]
+    await asyncio.sleep(1.05)
+    stopping.set()
+    f.wake.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 5.0)
+    # unchanged status: once per 0.2 s, from the control loop alone (not doubled by the status loop)
+    assert 4 <= len(bus.published) <= 7, len(bus.published)

@@ -111,6 +111,10 @@ class DecisionFollower:
         self._bus: Bus | None = None
         self._kv: KeyValue | None = None
         self._status: StatusPublisher | None = None
+        self._snapshot: ReplicaStatus | None = None
+        """The replica status as the last control pass left it (published by :meth:`status_loop`
+        while a pass is stuck on an unanswered NATS call)."""
+        self._pass_since: float | None = None
         self._reset(FollowerState())
 
     def _reset(self, st: FollowerState) -> None:
@@ -268,16 +272,38 @@ class DecisionFollower:
         clock = asyncio.get_running_loop().time
         while not stopping.is_set():
             self.wake.clear()
+            self._pass_since = clock()
             async with self.mutex:
                 await self._guarded_pass()
+                self._snapshot = self.replica_status()
+            self._pass_since = None
             try:
                 if self._status is not None:
-                    await self._status.maybe_publish(self.replica_status(), clock())
+                    await self._status.maybe_publish(self._snapshot, clock())
             except (nats.errors.Error, OSError):
                 pass
             try:
                 await asyncio.wait_for(self.wake.wait(), timeout=self.poll_s)
             except TimeoutError:
+                pass
+
+    async def status_loop(self, stopping: asyncio.Event) -> None:
+        """Keep the replica status on time while a control pass waits on NATS (a JetStream call
+        times out while a cluster elects a new leader, several seconds): the last pass's status is
+        published at least every ``status_every_s``, so deciders do not take the actuator for gone."""
+        clock = asyncio.get_running_loop().time
+        half = max(self.status_every_s / 2.0, 0.05)
+        while not stopping.is_set():
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=half)
+            except TimeoutError:
+                pass
+            since, snap = self._pass_since, self._snapshot
+            if self._status is None or snap is None or since is None or clock() - since < half:
+                continue  # no pass under way (it publishes itself), or not stuck yet
+            try:
+                await self._status.maybe_publish(snap, clock())
+            except (nats.errors.Error, OSError):
                 pass
 
     async def _guarded_pass(self) -> None:

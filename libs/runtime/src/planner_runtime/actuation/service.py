@@ -57,6 +57,7 @@ class ActuatorService(Service[A]):
         self.feed = self.follower.feed
         self.spawn(self.follower.intake_loop(self.stopping), "decisions", active=True)
         self.spawn(self.follower.control_loop(self.stopping), "control", active=True)
+        self.spawn(self.follower.status_loop(self.stopping), "status", active=True)
 
     async def deactivate(self) -> None:
         await self.follower.deactivate()
