@@ -21,11 +21,9 @@ from typing import Any
 import numpy as np
 
 from planner_core.policy import PolicyConfig, validate_config
-from planner_sim.bench import BenchConfig, _profile, cluster_settings, prepare_trace
-from planner_sim.policies import PolicyContext, make_controller
+from planner_sim.bench import BenchConfig, cluster_settings, policy_controller, prepare_trace, simulate_prep
 from planner_sim.records import summarize
 from planner_sim.scenarios import scenario
-from planner_sim.simulator import simulate
 
 REPO = Path(__file__).resolve().parents[1]
 _FIXED = frozenset({"policy", "predictive", "reference_compat", "demand_interval_s", "throughput_interval_s"})
@@ -78,16 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     prep = prepare_trace(cfg, sc.source)
     settings = cluster_settings(cfg)
-    ctx = PolicyContext(
-        settings=settings,
-        oracle=prep.oracle,
-        capacity=_profile(cfg.profile_dir)[2],
-        ttft_target_ms=prep.policy_ttft_ms,
-        itl_target_ms=cfg.itl_target_ms,
-        gpu_budget=cfg.gpu_budget,
-        start=prep.clairvoyant.initial(),
-    )
-    ctrl = make_controller(args.policy, ctx, None)
+    ctrl = policy_controller(cfg, prep, settings, args.policy)
     if overrides:
         inner = getattr(ctrl, "cfg", None)
         if not isinstance(inner, PolicyConfig):
@@ -95,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         ctrl.cfg = validate_config(replace(inner, **overrides))  # type: ignore[attr-defined]
     t0 = time.perf_counter()
-    res = simulate(prep.requests, settings, ctrl, horizon_s=prep.horizon_s, tick_s=cfg.tick_s)
+    res = simulate_prep(cfg, prep, settings, ctrl)
     wall = time.perf_counter() - t0
 
     log = res.log

@@ -8,10 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from planner_sim.bench import BenchConfig, _profile, cluster_settings, prepare_trace
-from planner_sim.policies import PolicyContext, make_controller
+from planner_sim.bench import BenchConfig, cluster_settings, policy_controller, prepare_trace, simulate_prep
 from planner_sim.records import summarize
-from planner_sim.simulator import simulate
 
 SOURCE = "sinusoid:min_rps=1,max_rps=24,period_s=900,isl=8000,osl=1000,duration_s=1800"
 
@@ -26,16 +24,7 @@ def test_the_first_ramp_is_followed_and_the_trough_given_back(shared_data: Path)
     )
     prep = prepare_trace(cfg, SOURCE)
     settings = cluster_settings(cfg)
-    ctx = PolicyContext(
-        settings=settings,
-        oracle=prep.oracle,
-        capacity=_profile(cfg.profile_dir)[2],
-        ttft_target_ms=prep.policy_ttft_ms,
-        itl_target_ms=cfg.itl_target_ms,
-        gpu_budget=cfg.gpu_budget,
-        start=prep.clairvoyant.initial(),
-    )
-    res = simulate(prep.requests, settings, make_controller("combined", ctx, None), horizon_s=prep.horizon_s)
+    res = simulate_prep(cfg, prep, settings, policy_controller(cfg, prep, settings, "combined"))
     log = res.log
     ok = (
         np.isfinite(log.finish_s)

@@ -316,24 +316,36 @@ CLAIRVOYANT = "clairvoyant"
 """The policy name of the clairvoyant oracle's replay in the runs."""
 
 
+def policy_controller(
+    cfg: BenchConfig, prep: TracePrep, settings: ClusterSettings, policy: str, knob: float | None = None
+) -> Controller:
+    """The controller a bench run of ``policy`` on ``prep`` uses (every policy starts from the
+    clairvoyant oracle's initial fleet)."""
+    if policy == CLAIRVOYANT:
+        return ScheduleController(CLAIRVOYANT, prep.clairvoyant, lead_s=cfg.tick_s)
+    ctx = PolicyContext(
+        settings=settings,
+        oracle=prep.oracle,
+        capacity=_profile(cfg.profile_dir)[2],
+        ttft_target_ms=prep.policy_ttft_ms,
+        itl_target_ms=cfg.itl_target_ms,
+        gpu_budget=cfg.gpu_budget,
+        start=prep.clairvoyant.initial(),
+    )
+    return make_controller(policy, ctx, knob)
+
+
+def simulate_prep(
+    cfg: BenchConfig, prep: TracePrep, settings: ClusterSettings, ctrl: Controller
+) -> SimResult:
+    """Replay ``prep``'s requests under ``ctrl`` as the bench does."""
+    return simulate(prep.requests, settings, ctrl, horizon_s=prep.horizon_s, tick_s=cfg.tick_s)
+
+
 def run_one(cfg: BenchConfig, path: str, policy: str, knob: float | None = None) -> PolicyRun:
     prep = prepare_trace(cfg, path)
     settings = cluster_settings(cfg)
-    ctrl: Controller
-    if policy == CLAIRVOYANT:
-        ctrl = ScheduleController(CLAIRVOYANT, prep.clairvoyant, lead_s=cfg.tick_s)
-    else:
-        ctx = PolicyContext(
-            settings=settings,
-            oracle=prep.oracle,
-            capacity=_profile(cfg.profile_dir)[2],
-            ttft_target_ms=prep.policy_ttft_ms,
-            itl_target_ms=cfg.itl_target_ms,
-            gpu_budget=cfg.gpu_budget,
-            start=prep.clairvoyant.initial(),
-        )
-        ctrl = make_controller(policy, ctx, knob)
-    res: SimResult = simulate(prep.requests, settings, ctrl, horizon_s=prep.horizon_s, tick_s=cfg.tick_s)
+    res = simulate_prep(cfg, prep, settings, policy_controller(cfg, prep, settings, policy, knob))
     tl = res.timeline
     return PolicyRun(
         trace=prep.name,

@@ -217,8 +217,8 @@ def seasonal_forecast(s: SeriesState, steps: int) -> float | None:
 def _backtest_season(
     history: Sequence[float], period: int, steps: int, unit: float, keep: int
 ) -> tuple[float, ...]:
-    """Errors (in ``unit``) the seasonal forecast with this period would have made at the lead over
-    the history: a season found late is judged at once, not a season later."""
+    """Errors (in ``unit``, the current slow level) the seasonal forecast with this period would have
+    made at the lead over the history: a season found late is judged at once, not a season later."""
     if period <= 0 or unit <= 1e-9:
         return ()
     errs: list[float] = []
@@ -241,20 +241,22 @@ def _seasonal(h: Sequence[float], p: int, steps: int, n: int | None = None) -> f
     return max(base + recent - before, 0.0)
 
 
-def forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
-    """Damped-trend forecast ``steps`` samples ahead (never negative; 0 before any data)."""
-    if s.level is None:
+def _ahead(level: float | None, trend: float, damping: float, steps: int) -> float:
+    """A damped-trend forecast ``steps`` samples ahead (never negative; 0 before any data)."""
+    if level is None:
         return 0.0
-    damp = sum(cfg.damping**k for k in range(1, max(steps, 0) + 1))
-    return max(s.level + damp * s.trend, 0.0)
+    damp = sum(damping**k for k in range(1, max(steps, 0) + 1))
+    return max(level + damp * trend, 0.0)
+
+
+def forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
+    """The steady Holt's forecast ``steps`` samples ahead."""
+    return _ahead(s.level, s.trend, cfg.damping, steps)
 
 
 def fast_forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
-    """The fast Holt's forecast ``steps`` samples ahead (never negative)."""
-    if s.fast_level is None:
-        return 0.0
-    damp = sum(cfg.fast_damping**k for k in range(1, max(steps, 0) + 1))
-    return max(s.fast_level + damp * s.fast_trend, 0.0)
+    """The fast Holt's forecast ``steps`` samples ahead."""
+    return _ahead(s.fast_level, s.fast_trend, cfg.fast_damping, steps)
 
 
 def _better(a: Sequence[float], b: Sequence[float], cfg: HorizonConfig) -> bool | None:
