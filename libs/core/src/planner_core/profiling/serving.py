@@ -78,7 +78,8 @@ def _peak_flops(gpu: GpuSpec, fmt: str) -> float:
 
 @dataclass(frozen=True)
 class _Shape:
-    lin_flops_token: float  # per GPU
+    lin_flops_token: float  # per GPU, non-expert GEMMs (attention projections, dense MLPs, lm_head)
+    expert_flops_token: float  # per GPU, the routed experts a token runs
     dense_bytes: float  # non-expert weights per GPU
     expert_bytes: float  # one expert of one layer, per GPU
     moe_layers: int
@@ -104,11 +105,13 @@ def _shape(model: ModelConfig, pt: ServingPoint) -> _Shape:
         expert_params = (3 if model.gated_mlp else 2) * model.hidden_size * moe.moe_intermediate_size
         n_moe = len(moe.moe_layers)
     routed_total = expert_params * (moe.num_experts if moe else 0) * n_moe
+    routed_active = expert_params * (moe.experts_per_token if moe else 0) * n_moe
     head = model.embedding_params() * (1 if model.tie_word_embeddings else 2)
     dense = (total - routed_total - head) * bits / 8 + head * 2.0
     per_elem = pt.kv_bytes / model.dtype_bytes if model.dtype_bytes else 1.0
     return _Shape(
-        lin_flops_token=2.0 * active / tp,
+        lin_flops_token=2.0 * (active - routed_active) / tp,
+        expert_flops_token=2.0 * routed_active / tp,
         dense_bytes=dense / tp,
         expert_bytes=expert_params * bits / 8 / tp,
         moe_layers=n_moe,
@@ -121,28 +124,45 @@ def _shape(model: ModelConfig, pt: ServingPoint) -> _Shape:
     )
 
 
-def _weights_read(s: _Shape, tokens: int, moe_efficiency: float = 1.0) -> float:
+def _experts_touched(s: _Shape, tokens: float) -> float:
+    """Distinct experts per MoE layer that ``tokens`` tokens route to, uniform routing assumed."""
+    return float(s.experts * (1.0 - (1.0 - s.topk / s.experts) ** max(tokens, 1.0)))
+
+
+def _weights_read(s: _Shape, tokens: float, moe_efficiency: float = 1.0) -> float:
     """Bytes of weights one pass streams, in dense-weight equivalents."""
     if s.experts == 0:
         return s.dense_bytes
-    touched = s.experts * (1.0 - (1.0 - s.topk / s.experts) ** max(tokens, 1))
-    return s.dense_bytes + s.expert_bytes * touched * s.moe_layers / moe_efficiency
+    return s.dense_bytes + s.expert_bytes * _experts_touched(s, tokens) * s.moe_layers / moe_efficiency
+
+
+def gemm_efficiency(tokens: float, p: ServingParams) -> float:
+    """Share of the tensor-core peak a GEMM over ``tokens`` rows reaches: ``e_gemm x n / (n + n_half)``."""
+    return p.e_gemm * tokens / (tokens + p.n_half)
 
 
 def pass_s(
-    s: _Shape, gpu: GpuSpec, fmt: str, tp: int, new_tokens: int, kv_read_tokens: float, pairs: float,
+    s: _Shape, gpu: GpuSpec, fmt: str, tp: int, new_tokens: float, kv_read_tokens: float, pairs: float,
     p: ServingParams,
 ) -> float:  # fmt: skip
     """One forward pass: ``new_tokens`` computed, ``kv_read_tokens`` of KV read, ``pairs`` attention
-    query-key pairs."""
-    eff = p.e_gemm * new_tokens / (new_tokens + p.n_half)
-    compute = s.lin_flops_token * new_tokens / (_peak_flops(gpu, fmt) * eff)
-    compute += s.attn_flops_pair * pairs / (gpu.bf16_tflops * 1e12 * p.e_attn)
-    memory = (_weights_read(s, new_tokens, p.moe_efficiency) + s.kv_token_bytes * kv_read_tokens) / (
-        gpu.hbm_gb_s * 1e9 * p.e_mem
+    query-key pairs. Each kind of kernel is bound by its own roofline and the kinds run one after
+    another: the GEMMs take ``max(compute, weights / bandwidth)``, attention ``max(compute, KV /
+    bandwidth)``. A routed expert's GEMM has only the tokens routed to it as rows, so its efficiency
+    follows the tokens per touched expert, not the tokens of the pass."""
+    peak = _peak_flops(gpu, fmt)
+    bw = gpu.hbm_gb_s * 1e9 * p.e_mem
+    gemm = s.lin_flops_token * new_tokens / (peak * gemm_efficiency(new_tokens, p))
+    if s.experts:
+        per_expert = new_tokens * s.topk / _experts_touched(s, new_tokens)
+        gemm += s.expert_flops_token * new_tokens / (peak * gemm_efficiency(per_expert, p))
+    gemm = max(gemm, _weights_read(s, new_tokens, p.moe_efficiency) / bw)
+    attn = max(
+        s.attn_flops_pair * pairs / (gpu.bf16_tflops * 1e12 * p.e_attn),
+        s.kv_token_bytes * kv_read_tokens / bw,
     )
     comm = pass_comm_s(new_tokens, s.hidden, s.layers, tp, gpu, 2.0, p.comm)
-    return max(compute, memory) + p.step_overhead_s + s.layers * p.layer_overhead_s + comm
+    return gemm + attn + p.step_overhead_s + s.layers * p.layer_overhead_s + comm
 
 
 def prefill_s(s: _Shape, gpu: GpuSpec, pt: ServingPoint, p: ServingParams) -> float:
@@ -184,7 +204,10 @@ def predict_serving(model: ModelConfig, gpu: GpuSpec, pt: ServingPoint, p: Servi
     ctx = pt.isl + pt.osl / 2.0
     dec = pass_s(s, gpu, pt.weight_format, pt.tp, running, running * ctx, running * ctx, p)
     pf = prefill_s(s, gpu, pt, p)
-    tpot = dec + p.w_mix * (running - 1) * pf / max(pt.osl, 1)
+    # steady state: the other requests' prompts (isl each, one per osl steps) ride in the decode steps
+    mix = p.w_mix * (running - 1) * pt.isl / max(pt.osl, 1)
+    tpot = pass_s(s, gpu, pt.weight_format, pt.tp, running + mix, running * ctx + mix * pt.isl / 2.0,
+                  running * ctx + mix * pt.isl / 2.0, p)  # fmt: skip
     cycle = pf + pt.osl * tpot
     ttft = p.ttft_fixed_s + pf * (1.0 + p.w_queue * (running - 1))
     if pt.concurrency > running:

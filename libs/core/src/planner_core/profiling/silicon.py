@@ -160,6 +160,10 @@ def fit(
     absent = [i for i in range(_NB) if i not in present]
     # a backend with no rows keeps no parameters of its own: it takes the median of the others
     own = {_NS + k * _NB + a for a in absent for k in range(_BLOCKS)}
+    # a term no row exercises keeps its start value: without MoE rows the fit cannot see the experts'
+    # efficiency (left free, it drifts wherever the optimiser's steps take it)
+    if not any(models(r.model_path).moe is not None for r in rows):
+        own.add(_NAMES.index("moe_efficiency"))
     free = [i for i in range(len(_LO)) if i not in own]
     x_full = _x0(start)
 
@@ -173,7 +177,7 @@ def fit(
 
     sol = least_squares(
         lambda xf: resid(expand(xf)), x_full[free], bounds=(_LO[free], _HI[free]), x_scale="jac",
-        loss="soft_l1", f_scale=0.5, max_nfev=40,
+        loss="soft_l1", f_scale=0.2, max_nfev=40,
     )  # fmt: skip
     return _to_params(expand(sol.x))
 

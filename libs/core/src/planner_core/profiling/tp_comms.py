@@ -31,7 +31,7 @@ def allreduce_s(nbytes: float, tp: int, gpu: GpuSpec, p: CommParams = CommParams
 
 
 def pass_comm_s(
-    tokens: int, hidden: int, layers: int, tp: int, gpu: GpuSpec, act_bytes: float = 2.0,
+    tokens: float, hidden: int, layers: int, tp: int, gpu: GpuSpec, act_bytes: float = 2.0,
     p: CommParams = CommParams(),
 ) -> float:  # fmt: skip
     """All-reduce time of one forward pass of ``tokens`` tokens: two per layer."""
