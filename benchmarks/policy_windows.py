@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", default="sinusoid")
     ap.add_argument("--policy", default="combined")
     ap.add_argument("--window-s", type=float, default=150.0)
+    ap.add_argument(
+        "--warmup-s", type=float, default=0.0, help="not scored in the totals (see planner bench)"
+    )
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     args = ap.parse_args(argv)
@@ -73,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         itl_target_ms=sc.itl_ms,
         peak_gpus=sc.peak_gpus,
         duration_s=sc.duration_s,
+        warmup_s=args.warmup_s,
     )
     prep = prepare_trace(cfg, sc.source)
     settings = cluster_settings(cfg)
@@ -88,13 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
 
     log = res.log
-    s = summarize(log, prep.ttft_targets_ms, cfg.itl_target_ms, counted=prep.counted)
+    s = summarize(log, prep.ttft_targets_ms, cfg.itl_target_ms, counted=prep.counted, from_s=prep.warmup_s)
     ttft_ok = np.isfinite(log.finish_s) & (log.ttft_s() * 1e3 <= prep.ttft_targets_ms) & prep.counted
     ok = ttft_ok & (log.itl_s() * 1e3 <= cfg.itl_target_ms)
     print(
         f"{sc.name} {args.policy} {' '.join(args.set)}: SLA {s.sla_attainment_pct:.2f} % (TTFT "
         f"{s.ttft_attainment_pct:.2f}, ITL {s.itl_attainment_pct:.2f}), {res.gpu_hours:.2f} GPU-h, "
-        f"clairvoyant {prep.clairvoyant.gpu_hours:.2f}, {wall:.0f} s wall"
+        f"clairvoyant {prep.clairvoyant_gpu_hours:.2f}, {wall:.0f} s wall"
+        + (f" (from {prep.warmup_s:g} s)" if prep.warmup_s else "")
     )
     ts = np.array([p.at_s for p in res.timeline])
     pre = np.array([p.ready.get("prefill", 0) for p in res.timeline])

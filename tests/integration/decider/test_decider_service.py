@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from planner_runtime.bus import Bus
 from planner_runtime.natsd import NatsServer
 
 from .decider_helpers import (
+    NS,
     SUBJECTS,
     Collector,
     connect,
@@ -197,4 +199,53 @@ async def test_two_writers_never_take_the_same_id(nats_server: NatsServer) -> No
         assert ids == [1, 2, 3, 4]
         assert (a.conflicts, b.conflicts) == (1, 2)
     finally:
+        await bus.close()
+
+
+async def test_the_learned_traffic_state_survives_a_restart(nats_server: NatsServer, tmp_path: Path) -> None:
+    """What one decider saved in KV, the next starts from; a corrupt entry means a cold start, not a
+    crash; a state older than warm_start_max_age_s is not used."""
+    from planner_decider.warm import encode_state, restore_state
+
+    from ...unit.decider.test_warm import learned
+
+    s = settings(nats_server.url, write_profile(tmp_path), state_save_interval_s=0.2)
+    key = SUBJECTS.state_key("decider", "policy_state")
+    bus = await connect(nats_server.url)
+    kv = await bus.kv(STATE_BUCKET)
+    saved = learned()
+    await kv.put(key, encode_state(saved, NS, time.time() - 60.0))
+    seen = await Collector().start(bus)
+    dec = await start_decider(s)
+    try:
+        assert dec.svc.policy_state.predictive == saved
+        assert dec.metric("planner_policy_state_restores_total", {"outcome": "restored"}) == 1
+        await wait_until(lambda: dec.metric("planner_policy_state_saves_total", {"result": "saved"}) >= 2, 5)
+        await feed(bus, 250)  # still deciding
+        await seen.wait_count(1)
+    finally:
+        assert await dec.stop() == 0
+    entry = await kv.get(key)
+    assert entry.value is not None
+    back, outcome, _ = restore_state(entry.value, NS, time.time(), 900.0)
+    assert outcome == "restored" and back == dec.svc.policy_state.predictive
+
+    await kv.put(key, b'{"version": 1, "saved_at_s": "yesterday"}')
+    dec = await start_decider(s)
+    try:
+        assert dec.metric("planner_policy_state_restores_total", {"outcome": "invalid"}) == 1
+        assert dec.svc.policy_state.predictive.prefill.samples == 0  # cold
+        await ack(bus, 1)
+        await feed(bus, 450, 3, 3)
+        await seen.wait_count(2)
+    finally:
+        assert await dec.stop() == 0
+
+    await kv.put(key, encode_state(saved, NS, time.time() - 3600.0))
+    dec = await start_decider(s)
+    try:
+        assert dec.metric("planner_policy_state_restores_total", {"outcome": "stale"}) == 1
+        assert dec.svc.policy_state.predictive.prefill.samples == 0
+    finally:
+        assert await dec.stop() == 0
         await bus.close()

@@ -167,3 +167,25 @@ def test_bench_scenario(shared_data: Path, capsys: pytest.CaptureFixture[str]) -
     t = data["traces"][0]
     assert t["trace"] == "sinusoid" and t["rate_scale"] == 1.0
     assert 40 <= t["requests"] <= 160  # 1 req/s rising over the first minute
+
+
+def test_bench_warmup(tmp_path: Path, shared_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--warmup-s: the same run, scored from then on for every policy and both oracles."""
+    reqs = synthetic("step", 120.0, 1.0, 800, 30, peak_rate_per_s=4.0, seed=6)
+    path = tmp_path / "step.jsonl"
+    _write_jsonl(path, reqs)
+    args = ["bench", "--trace", str(path), "--profile", str(shared_data / "dynamo"), "--peak-gpus", "0"]
+    args += ["--policies", "static-average", "--json"]
+    assert main(args) == 0
+    cold = json.loads(capsys.readouterr().out)["traces"][0]
+    assert main([*args, "--warmup-s", "60"]) == 0
+    warm = json.loads(capsys.readouterr().out)["traces"][0]
+    assert (cold["warmup_s"], warm["warmup_s"]) == (0, 60)
+    assert warm["requests"] == cold["requests"]  # the whole trace is run
+    late = sum(1 for r in reqs if r.arrival_s >= 60.0)
+    assert 0 < late < len(reqs)
+    for kind in ("oracle", "clairvoyant"):
+        assert 0 < warm[kind]["gpu_hours"] < cold[kind]["gpu_hours"]
+    assert 0 < warm["policies"][0]["gpu_hours"] < cold["policies"][0]["gpu_hours"]
+    assert main([*args, "--warmup-s", "500"]) == 2
+    assert "warmup_s 500 leaves nothing" in capsys.readouterr().err

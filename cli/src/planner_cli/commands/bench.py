@@ -67,6 +67,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="spread each arrival uniformly over this many seconds after its timestamp (traces stamped in "
         "coarse steps)",
     )
+    parser.add_argument(
+        "--warmup-s",
+        type=float,
+        default=0.0,
+        help="run the first N s of each trace but score neither its requests nor its GPU time (every "
+        "policy and both oracles alike): the steady state of a planner that starts with history",
+    )
     parser.add_argument("--itl-ms", type=float, default=50.0, help="ITL target (ms)")
     parser.add_argument("--startup-s", type=float, default=120.0, help="startup delay of a new worker (s)")
     parser.add_argument("--gpu-budget", type=int, default=-1, help="max GPUs (-1 = none)")
@@ -118,6 +125,7 @@ def _configs(args: argparse.Namespace, policies: list[str]) -> list[tuple[str | 
         oracle_interval_s=args.oracle_interval_s,
         seed=args.seed,
         jitter_s=args.jitter_s,
+        warmup_s=args.warmup_s,
         frontier=args.frontier,
         jobs=args.jobs,
     )

@@ -387,15 +387,21 @@ async def _abandon(nc: Client) -> None:
         pass
 
 
-async def kv_get(kv: KeyValue, key: str, kind: type[T]) -> T | None:
-    """The value at ``key`` decoded as ``kind``; None when absent or deleted. DecodeError if corrupt."""
+async def kv_raw(kv: KeyValue, key: str) -> bytes | None:
+    """The bytes at ``key``; None when absent or deleted."""
     try:
         entry = await kv.get(key)
     except KeyNotFoundError:
         return None
     if entry.value is None or entry.operation in ("DEL", "PURGE"):
         return None
-    return decode(entry.value, kind)
+    return bytes(entry.value)
+
+
+async def kv_get(kv: KeyValue, key: str, kind: type[T]) -> T | None:
+    """The value at ``key`` decoded as ``kind``; None when absent or deleted. DecodeError if corrupt."""
+    raw = await kv_raw(kv, key)
+    return None if raw is None else decode(raw, kind)
 
 
 async def kv_put(kv: KeyValue, key: str, msg: Any) -> int:

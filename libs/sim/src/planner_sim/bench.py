@@ -57,6 +57,10 @@ class BenchConfig:
     seed: int = 0
     jitter_s: float = 0.0
     """Spread each arrival uniformly over this many seconds after its stamp (quantised traces)."""
+    warmup_s: float = 0.0
+    """Run the first ``warmup_s`` of the trace but score neither its requests nor its GPU time (for
+    every policy and both oracles alike): the steady-state figure of a planner that starts with the
+    history a running deployment has, beside the cold-start one (0)."""
     frontier: bool = False
     """Sweep each policy's knob (5-9 runs per policy) instead of one run at its default."""
     jobs: int = 1
@@ -67,6 +71,8 @@ class BenchConfig:
         self.sla()
         if not (math.isfinite(self.jitter_s) and self.jitter_s >= 0):
             raise ValueError(f"jitter_s: must be >= 0, got {self.jitter_s}")
+        if not (math.isfinite(self.warmup_s) and self.warmup_s >= 0):
+            raise ValueError(f"warmup_s: must be >= 0, got {self.warmup_s}")
         checks = {
             "ttft_target_ms": self.ttft_target_ms,
             "itl_target_ms": self.itl_target_ms,
@@ -131,6 +137,18 @@ class TracePrep:
     simulated: a real engine rejects them)."""
     policy_ttft_ms: float
     """The TTFT target the policies are given (the target of the mean prompt)."""
+    warmup_s: float = 0.0
+    """Requests arriving and GPU time held before this are not scored (see BenchConfig.warmup_s)."""
+
+    @property
+    def oracle_gpu_hours(self) -> float:
+        """The instant oracle's GPU-hours over the scored part of the run."""
+        return self.oracle.gpu_hours_from(self.warmup_s)
+
+    @property
+    def clairvoyant_gpu_hours(self) -> float:
+        """The clairvoyant oracle's GPU-hours over the scored part of the run."""
+        return self.clairvoyant.gpu_hours_from(self.warmup_s)
 
     @property
     def peak_gpus(self) -> int:
@@ -255,7 +273,9 @@ def calibrate_rate(
 
 def _calibration_key(cfg: BenchConfig) -> BenchConfig:
     """What the rate calibration depends on (not the startup, the policies or the sweep)."""
-    return dataclasses.replace(cfg, policies=(), startup_s=0.0, frontier=False, jobs=1, gpu_budget=-1)
+    return dataclasses.replace(
+        cfg, policies=(), startup_s=0.0, frontier=False, jobs=1, gpu_budget=-1, warmup_s=0.0
+    )
 
 
 _CALIBRATED: dict[tuple[BenchConfig, str], float] = {}
@@ -272,6 +292,10 @@ def prepare_trace(cfg: BenchConfig, path: str) -> TracePrep:
     if not reqs:
         raise ValueError(f"{path}: no requests (after truncation to {cfg.duration_s} s)")
     horizon = cfg.duration_s if cfg.duration_s is not None else reqs[-1].arrival_s
+    if cfg.warmup_s >= horizon:
+        raise ValueError(
+            f"{path}: warmup_s {cfg.warmup_s:g} leaves nothing of the {horizon:g} s run to score"
+        )
     scale = 1.0
     base = reqs
     if cfg.peak_gpus is not None:
@@ -309,6 +333,7 @@ def prepare_trace(cfg: BenchConfig, path: str) -> TracePrep:
         counted=feas.feasible,
         infeasible_requests=feas.infeasible + too_long,
         policy_ttft_ms=cfg.sla().policy_ttft_ms(mean_isl),
+        warmup_s=cfg.warmup_s,
     )
 
 
@@ -339,7 +364,9 @@ def simulate_prep(
     cfg: BenchConfig, prep: TracePrep, settings: ClusterSettings, ctrl: Controller
 ) -> SimResult:
     """Replay ``prep``'s requests under ``ctrl`` as the bench does."""
-    return simulate(prep.requests, settings, ctrl, horizon_s=prep.horizon_s, tick_s=cfg.tick_s)
+    return simulate(
+        prep.requests, settings, ctrl, horizon_s=prep.horizon_s, tick_s=cfg.tick_s, count_from_s=prep.warmup_s
+    )
 
 
 def run_one(cfg: BenchConfig, path: str, policy: str, knob: float | None = None) -> PolicyRun:
@@ -351,7 +378,9 @@ def run_one(cfg: BenchConfig, path: str, policy: str, knob: float | None = None)
         trace=prep.name,
         policy=policy,
         knob=knob,
-        summary=summarize(res.log, prep.ttft_targets_ms, cfg.itl_target_ms, counted=prep.counted),
+        summary=summarize(
+            res.log, prep.ttft_targets_ms, cfg.itl_target_ms, counted=prep.counted, from_s=prep.warmup_s
+        ),
         gpu_hours=res.gpu_hours,
         starting_gpu_hours=res.starting_gpu_seconds / 3600.0,
         draining_gpu_hours=res.draining_gpu_seconds / 3600.0,
@@ -419,4 +448,4 @@ def default_progress(r: PolicyRun) -> None:
 
 
 def oracle_rows(preps: Sequence[TracePrep]) -> dict[str, float]:
-    return {p.name: p.oracle.gpu_hours for p in preps}
+    return {p.name: p.oracle_gpu_hours for p in preps}

@@ -80,8 +80,14 @@ class ClairvoyantResult:
 
     @property
     def gpu_hours(self) -> float:
+        return self.gpu_hours_from(0.0)
+
+    def gpu_hours_from(self, from_s: float) -> float:
+        """GPU-hours held from ``from_s`` on (a stint started before it is paid from ``from_s``)."""
         sec = sum(
-            (s.end_s - s.held_s) * self.gpus_per[c] for c, stints in self.stints.items() for s in stints
+            max(0.0, s.end_s - max(s.held_s, from_s)) * self.gpus_per[c]
+            for c, stints in self.stints.items()
+            for s in stints
         )
         return sec / 3600.0
 

@@ -124,11 +124,11 @@ class Cluster:
     def all_workers(self) -> list[Worker]:
         return [*self.retired, *(w for ws in self.workers.values() for w in ws)]
 
-    def gpu_seconds(self, horizon_s: float) -> tuple[float, float, float]:
-        """(total, starting, draining) GPU-seconds of every worker ever created, up to ``horizon_s``."""
+    def gpu_seconds(self, horizon_s: float, from_s: float = 0.0) -> tuple[float, float, float]:
+        """(total, starting, draining) GPU-seconds of every worker ever created, in ``[from_s, horizon_s)``."""
         tot = st = dr = 0.0
         for w in self.all_workers():
-            a, b, c = w.gpu_seconds(horizon_s)
+            a, b, c = w.gpu_seconds(horizon_s, from_s)
             tot += a
             st += b
             dr += c

@@ -90,8 +90,15 @@ class OracleResult:
 
     @property
     def gpu_hours(self) -> float:
+        return self.gpu_hours_from(0.0)
+
+    def gpu_hours_from(self, from_s: float) -> float:
+        """GPU-hours of the intervals' fleets from ``from_s`` to the horizon."""
         gpus = self.prefill * self.gpus_per_prefill + self.decode * self.gpus_per_decode
-        return float((gpus * self.widths_s).sum() / 3600.0)
+        starts = np.arange(len(self.prefill)) * self.interval_s
+        ends = np.minimum(starts + self.interval_s, self.horizon_s)
+        w = np.clip(ends - np.maximum(starts, from_s), 0.0, None)
+        return float((gpus * w).sum() / 3600.0)
 
     @property
     def peak_gpu_need(self) -> float:

@@ -76,7 +76,7 @@ def to_json(cfg: BenchConfig, preps: Sequence[TracePrep], runs: Sequence[PolicyR
     traces = []
     for p in preps:
         orc = p.oracle
-        clv = p.clairvoyant.gpu_hours
+        clv = p.clairvoyant_gpu_hours
         rows = []
         for row in policy_rows(p.name, runs):
             r = row.run
@@ -97,7 +97,7 @@ def to_json(cfg: BenchConfig, preps: Sequence[TracePrep], runs: Sequence[PolicyR
                     "gpu_hours": _num(r.gpu_hours, 3),
                     "starting_gpu_hours": _num(r.starting_gpu_hours, 3),
                     "draining_gpu_hours": _num(r.draining_gpu_hours, 3),
-                    "ratio_to_oracle": _num(r.gpu_hours / orc.gpu_hours, 3) if orc.gpu_hours > 0 else None,
+                    "ratio_to_oracle": _num(_ratio(r.gpu_hours, p.oracle_gpu_hours), 3),
                     "ratio_to_clairvoyant": _num(_ratio(r.gpu_hours, clv), 3),
                     "gpu_hours_at_99_pct": _num(at99, 3),
                     "gpu_hours_at_95_pct": _num(at95, 3),
@@ -130,8 +130,9 @@ def to_json(cfg: BenchConfig, preps: Sequence[TracePrep], runs: Sequence[PolicyR
                 "requests": len(p.requests),
                 "infeasible_requests": p.infeasible_requests,
                 "horizon_s": _num(p.horizon_s, 1),
+                "warmup_s": _num(p.warmup_s, 1),
                 "oracle": {
-                    "gpu_hours": _num(orc.gpu_hours, 3),
+                    "gpu_hours": _num(p.oracle_gpu_hours, 3),
                     "interval_s": orc.interval_s,
                     "peak": orc.static_peak(),
                     "peak_gpus": p.peak_gpus,
@@ -161,20 +162,28 @@ def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun], frontier:
     console = Console(width=None if sys.stdout.isatty() else 200)
     for p in preps:
         orc = p.oracle
-        clv = p.clairvoyant.gpu_hours
+        clv = p.clairvoyant_gpu_hours
         crun = clairvoyant_run(p.name, runs)
         t = Table(
             title=f"{p.name}: {len(p.requests)} requests ({p.infeasible_requests} infeasible, not counted), "
             f"rate x{p.rate_scale:.2f}, oracle peak {p.peak_gpus} GPUs {orc.static_peak()}; "
-            f"oracle {orc.gpu_hours:.2f} GPU-h, clairvoyant {clv:.2f} GPU-h "
+            f"oracle {p.oracle_gpu_hours:.2f} GPU-h, clairvoyant {clv:.2f} GPU-h "
             f"(startup {p.clairvoyant.startup_s:g} s)"
+            + (f"; first {p.warmup_s:g} s run, not scored" if p.warmup_s > 0 else "")
         )
         cols = ["policy", "knob", "SLA %", "TTFT p50", "TTFT p99", "ITL p99", "GPU-h", "x clairv."]
         cols += ["GPU-h @99%", "x clairv. @99%", "GPU-h @95%", "best SLA %", "actions"]
         for col in cols:
             t.add_column(col, justify="left" if col == "policy" else "right")
         t.add_row(
-            "oracle (instant)", "", "", "", "", "", f"{orc.gpu_hours:.2f}", _fmt(_ratio(orc.gpu_hours, clv))
+            "oracle (instant)",
+            "",
+            "",
+            "",
+            "",
+            "",
+            f"{p.oracle_gpu_hours:.2f}",
+            _fmt(_ratio(p.oracle_gpu_hours, clv)),
         )
         if crun is not None:
             t.add_row(
@@ -239,8 +248,8 @@ def plot_frontier(path: str, preps: Sequence[TracePrep], runs: Sequence[PolicyRu
                     markersize=4,
                     label=row.policy,
                 )
-            ax.axvline(p.oracle.gpu_hours, color="k", linestyle=":", label="oracle (instant)")
-            ax.axvline(p.clairvoyant.gpu_hours, color="k", linestyle="--", label="clairvoyant (pays startup)")
+            ax.axvline(p.oracle_gpu_hours, color="k", linestyle=":", label="oracle (instant)")
+            ax.axvline(p.clairvoyant_gpu_hours, color="k", linestyle="--", label="clairvoyant (pays startup)")
             for lvl in (95.0, 99.0):
                 ax.axhline(lvl, color="grey", linewidth=0.6)
             ax.set_xlabel("GPU-hours")

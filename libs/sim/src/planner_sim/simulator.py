@@ -60,6 +60,7 @@ class SimResult:
     log: RequestLog
     horizon_s: float
     gpu_seconds: float
+    """Held from ``count_from_s`` to ``horizon_s`` (as the starting and draining seconds)."""
     starting_gpu_seconds: float
     draining_gpu_seconds: float
     actions: int
@@ -264,17 +265,21 @@ def simulate(
     *,
     horizon_s: float | None = None,
     tick_s: float = 5.0,
+    count_from_s: float = 0.0,
 ) -> SimResult:
-    """Run ``trace`` through a fleet driven by ``controller``. GPU time is counted up to
-    ``horizon_s`` (default: the last arrival)."""
+    """Run ``trace`` through a fleet driven by ``controller``. GPU time is counted from
+    ``count_from_s`` (a warm-up before it is run but not paid) up to ``horizon_s`` (default: the last
+    arrival)."""
     if tick_s <= 0:
         raise ValueError(f"tick_s: must be > 0, got {tick_s}")
+    if not (math.isfinite(count_from_s) and count_from_s >= 0):
+        raise ValueError(f"count_from_s: must be >= 0, got {count_from_s}")
     sim = _Sim(trace, settings, controller, tick_s)
     t0 = time.perf_counter()
     end = sim.run()
     wall = time.perf_counter() - t0
     horizon = horizon_s if horizon_s is not None else (trace[-1].arrival_s if trace else 0.0)
-    tot, st, dr = sim.cluster.gpu_seconds(horizon)
+    tot, st, dr = sim.cluster.gpu_seconds(horizon, count_from_s)
     return SimResult(
         policy=controller.name,
         log=sim.log,

@@ -132,12 +132,13 @@ class Worker:
         self.state = WorkerState.STOPPED
         self.stopped_s = now_s
 
-    def gpu_seconds(self, horizon_s: float) -> tuple[float, float, float]:
-        """(total, starting, draining) GPU-seconds held up to ``horizon_s``."""
+    def gpu_seconds(self, horizon_s: float, from_s: float = 0.0) -> tuple[float, float, float]:
+        """(total, starting, draining) GPU-seconds held in ``[from_s, horizon_s)``."""
         end = min(self.stopped_s if self.stopped_s is not None else horizon_s, horizon_s)
-        total = max(0.0, end - self.created_s)
-        starting = 0.0 if self.initial else max(0.0, min(self.ready_s, end) - self.created_s)
+        begin = max(self.created_s, from_s)
+        total = max(0.0, end - begin)
+        starting = 0.0 if self.initial else max(0.0, min(self.ready_s, end) - begin)
         draining = 0.0
         if self.draining_s is not None:
-            draining = max(0.0, end - self.draining_s)
+            draining = max(0.0, end - max(self.draining_s, from_s))
         return total * self.gpus, starting * self.gpus, draining * self.gpus

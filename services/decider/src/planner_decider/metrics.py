@@ -67,6 +67,16 @@ class DeciderMetrics:
             "planner_decision_id_conflicts", "Lost compare-and-sets on the decision id", registry=r
         )
         self.decision_id = Gauge("planner_decision_id", "Newest decision_id issued", registry=r)
+        self.state_saves = Counter(
+            "planner_policy_state_saves", "Saves of the learned traffic state to KV", ["result"], registry=r
+        )
+        self.state_restores = Counter(
+            "planner_policy_state_restores",
+            "Loads of the learned traffic state on becoming active, by outcome (restored, absent, stale, "
+            "invalid, version, namespace, disabled, unreachable)",
+            ["outcome"],
+            registry=r,
+        )
 
     def observe_replicas(self, replicas: Mapping[str, ComponentReplicas]) -> None:
         for c, r in replicas.items():

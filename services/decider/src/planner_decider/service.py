@@ -6,7 +6,8 @@ per tick, reserves decision ids in KV, publishes, and keeps metrics and the repo
 
 One decider per namespace is active (KV lease ``{ns}.decider``); standbys keep their inputs fresh
 but neither tick nor publish. A newly active one reloads the decision id from KV and the last targets
-from the stream (what its predecessor published), so ids keep increasing across a takeover.
+from the stream (what its predecessor published), so ids keep increasing across a takeover, and the
+policy's learned traffic picture from KV (:mod:`planner_decider.warm`), so it does not start cold.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 from nats.js.errors import NotFoundError
 
 from planner_core.policy import PolicyKind, PolicyState
 from planner_core.policy.estimator import SnapshotEstimator
+from planner_core.policy.horizon import PredictiveState
 from planner_core.profile import ProfileError
 from planner_decider.book import IssueBook, on_ack, record, seeded
 from planner_decider.capacity import default_profile_dir, load_capacity
@@ -30,6 +33,7 @@ from planner_decider.metrics import DeciderMetrics, estimated_itl_ms, estimated_
 from planner_decider.report import DecisionRow, History, TickPoint, attainment_note, render_html, write_atomic
 from planner_decider.settings import DeciderSettings
 from planner_decider.tick import TickOptions, TickOutcome, tick
+from planner_decider.warm import encode_state, restore_state
 from planner_proto import (
     ComponentSnapshot,
     DecodeError,
@@ -41,6 +45,7 @@ from planner_proto import (
     decode,
 )
 from planner_proto.subjects import STATE_BUCKET
+from planner_runtime.bus import kv_raw
 from planner_runtime.service import Service
 
 _MAX_GPU_GAP_S = 120.0
@@ -90,8 +95,11 @@ class DeciderService(Service[DeciderSettings]):
         ids = DecisionIds(self.state_kv, self.subjects.state_key("decider", "decision_id"))
         await ids.load()
         last = await self._last_published()
+        predictive = await self._load_policy_state()
         async with self._lock:
             self.book, self.policy_state = IssueBook(), PolicyState()
+            if predictive is not None:
+                self.policy_state = PolicyState(predictive=predictive)
             if last is not None:
                 ids.at_least(last.decision_id)
                 self.book = seeded(self.book, last.targets, last.decision_id)
@@ -99,12 +107,15 @@ class DeciderService(Service[DeciderSettings]):
         self.metrics.decision_id.set(ids.value)
         self.log.info("decision_id_loaded", decision_id=ids.value, last_on_stream=last is not None)
         self.every(self.settings.tick_s(), self._tick, "decide", active=True)
+        self.every(self.settings.state_save_interval_s, self._save_policy_state, "save_state", active=True)
         if self.settings.report_path:
             self.every(self.settings.report_interval_s, self._write_report, "report", active=True)
 
     async def drain(self) -> None:
         async with self._lock:  # a tick that is publishing finishes first
             pass
+        if self.is_active and self.ids is not None:
+            await self._save_policy_state()  # what a restart or the standby starts from
 
     async def cleanup(self) -> None:
         if self.settings.report_path and self.is_active:  # a standby's report would be empty
@@ -132,6 +143,44 @@ class DeciderService(Service[DeciderSettings]):
             return
         self.opts = dataclasses.replace(self.opts, capacity=capacity)
         self.log.info("profile_loaded", profile_dir=str(folder))
+
+    def _policy_state_key(self) -> str:
+        return self.subjects.state_key("decider", "policy_state")
+
+    async def _load_policy_state(self) -> PredictiveState | None:
+        key = self._policy_state_key()
+        try:
+            raw = await kv_raw(self.state_kv, key)
+        except (nats.errors.Error, TimeoutError) as exc:
+            self.metrics.state_restores.labels("unreachable").inc()
+            self.log.warning("policy_state_cold", key=key, outcome="unreachable", detail=str(exc))
+            return None
+        state, outcome, detail = restore_state(
+            raw, self.settings.namespace, time.time(), self.settings.warm_start_max_age_s
+        )
+        self.metrics.state_restores.labels(outcome).inc()
+        if state is None:
+            log = self.log.warning if outcome in ("invalid", "version", "namespace") else self.log.info
+            log("policy_state_cold", key=key, outcome=outcome, detail=detail)
+        else:
+            self.log.info(
+                "policy_state_restored", key=key, detail=detail, samples=state.prefill.samples,
+                errors=len(state.prefill.errors), period=state.prefill.period,
+            )  # fmt: skip
+        return state
+
+    async def _save_policy_state(self) -> None:
+        if not self.is_active:
+            return
+        async with self._lock:
+            data = encode_state(self.policy_state.predictive, self.settings.namespace, time.time())
+        try:
+            await self.state_kv.put(self._policy_state_key(), data)
+        except (nats.errors.Error, TimeoutError) as exc:
+            self.metrics.state_saves.labels("failed").inc()
+            self.log.warning("policy_state_not_saved", error=str(exc) or type(exc).__name__)
+            return
+        self.metrics.state_saves.labels("saved").inc()
 
     async def _last_published(self) -> ScalingDecision | None:
         s = self.subjects
