@@ -43,6 +43,8 @@ class ServingParams:
     e_mem: float = 0.8
     step_overhead_s: float = 0.004  # per pass: scheduling, sampling, launches (backend dependent)
     layer_overhead_s: float = 2e-5  # per layer and pass: kernels too small to hide
+    # per running request and pass: host-side scheduling, sampling, detokenisation, streaming
+    seq_overhead_s: float = 5e-5
     w_mix: float = 1.0
     w_queue: float = 0.06  # TTFT grows by this share of a prefill per other running request
     w_kv_wait: float = 0.5
@@ -208,6 +210,7 @@ def predict_serving(model: ModelConfig, gpu: GpuSpec, pt: ServingPoint, p: Servi
     mix = p.w_mix * (running - 1) * pt.isl / max(pt.osl, 1)
     tpot = pass_s(s, gpu, pt.weight_format, pt.tp, running + mix, running * ctx + mix * pt.isl / 2.0,
                   running * ctx + mix * pt.isl / 2.0, p)  # fmt: skip
+    tpot += p.seq_overhead_s * running
     cycle = pf + pt.osl * tpot
     ttft = p.ttft_fixed_s + pf * (1.0 + p.w_queue * (running - 1))
     if pt.concurrency > running:

@@ -90,16 +90,32 @@ _NAMES = (
     "w_kv_wait",
     "comm_lat",
     "moe_efficiency",
+    "seq_overhead_s",
 )
 _NB = len(BACKENDS)
 # shared: _NS values; then per backend, in blocks of _NB: step overhead, TTFT fixed, KV-wait weight
 _BLOCKS = 3
 _NS = len(_NAMES)
 _LO = np.array(
-    [0.1, 1.0, 0.05, 0.3, 0.0, 0.0, 0.0, 0.0, 1e-6, 0.1, *([1e-4] * _NB), *([0.0] * _NB), *([0.0] * _NB)]
+    [0.1, 1.0, 0.05, 0.3, 0.0, 0.0, 0.0, 0.0, 1e-6, 0.1, 0.0, *([1e-4] * _NB), *([0.0] * _NB), *([0.0] * _NB)]
 )
 _HI = np.array(
-    [1.0, 4096.0, 1.0, 1.0, 2e-4, 3.0, 1.0, 3.0, 1e-4, 1.0, *([0.05] * _NB), *([0.5] * _NB), *([3.0] * _NB)]
+    [
+        1.0,
+        4096.0,
+        1.0,
+        1.0,
+        2e-4,
+        3.0,
+        1.0,
+        3.0,
+        1e-4,
+        1.0,
+        5e-4,
+        *([0.05] * _NB),
+        *([0.5] * _NB),
+        *([3.0] * _NB),
+    ]
 )
 
 
@@ -107,7 +123,7 @@ def _to_params(x: np.ndarray) -> dict[str, ServingParams]:
     base = ServingParams(
         e_gemm=float(x[0]), n_half=float(x[1]), e_attn=float(x[2]), e_mem=float(x[3]),
         layer_overhead_s=float(x[4]), w_mix=float(x[5]), w_queue=float(x[6]), w_kv_wait=float(x[7]),
-        comm=CommParams(latency_s=float(x[8])), moe_efficiency=float(x[9]),
+        comm=CommParams(latency_s=float(x[8])), moe_efficiency=float(x[9]), seq_overhead_s=float(x[10]),
     )  # fmt: skip
     return {
         b: replace(
@@ -123,7 +139,7 @@ def _to_params(x: np.ndarray) -> dict[str, ServingParams]:
 
 def _x0(p: ServingParams) -> np.ndarray:
     head = [p.e_gemm, p.n_half, p.e_attn, p.e_mem, p.layer_overhead_s, p.w_mix, p.w_queue, p.w_kv_wait,
-            p.comm.latency_s, p.moe_efficiency]  # fmt: skip
+            p.comm.latency_s, p.moe_efficiency, p.seq_overhead_s]  # fmt: skip
     x: np.ndarray = np.clip(
         np.array([*head, *([p.step_overhead_s] * _NB), *([p.ttft_fixed_s] * _NB), *([p.w_kv_wait] * _NB)]),
         _LO,
