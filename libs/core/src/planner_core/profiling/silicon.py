@@ -79,72 +79,57 @@ def usable(raw: dict[str, str], has_config: Callable[[str], bool]) -> SiliconRow
 
 
 # -- parameter vector <-> ServingParams ---------------------------------------------------------------
-_NAMES = (
-    "e_gemm",
-    "n_half",
-    "e_attn",
-    "e_mem",
-    "layer_overhead_s",
-    "w_mix",
-    "w_queue",
-    "w_kv_wait",
-    "comm_lat",
-    "moe_efficiency",
-    "seq_overhead_s",
+# shared by every backend and GPU: (name, lower bound, upper bound)
+_SHARED: tuple[tuple[str, float, float], ...] = (
+    ("e_gemm", 0.1, 1.0),
+    ("n_half", 1.0, 4096.0),
+    ("e_attn", 0.05, 1.0),
+    ("e_mem", 0.3, 1.0),
+    ("layer_overhead_s", 0.0, 2e-4),
+    ("w_mix", 0.0, 3.0),
+    ("w_queue", 0.0, 1.0),
+    ("comm_latency_s", 1e-6, 1e-4),
+    ("moe_efficiency", 0.1, 1.0),
+    ("seq_overhead_s", 0.0, 5e-4),
 )
+# one value per backend (host-side costs and scheduling differ between engines)
+_PER_BACKEND: tuple[tuple[str, float, float], ...] = (
+    ("step_overhead_s", 1e-4, 0.05),
+    ("ttft_fixed_s", 0.0, 0.5),
+    ("w_kv_wait", 0.0, 3.0),
+)
+_NAMES = tuple(n for n, _, _ in _SHARED)
 _NB = len(BACKENDS)
-# shared: _NS values; then per backend, in blocks of _NB: step overhead, TTFT fixed, KV-wait weight
-_BLOCKS = 3
-_NS = len(_NAMES)
-_LO = np.array(
-    [0.1, 1.0, 0.05, 0.3, 0.0, 0.0, 0.0, 0.0, 1e-6, 0.1, 0.0, *([1e-4] * _NB), *([0.0] * _NB), *([0.0] * _NB)]
-)
-_HI = np.array(
-    [
-        1.0,
-        4096.0,
-        1.0,
-        1.0,
-        2e-4,
-        3.0,
-        1.0,
-        3.0,
-        1e-4,
-        1.0,
-        5e-4,
-        *([0.05] * _NB),
-        *([0.5] * _NB),
-        *([3.0] * _NB),
-    ]
-)
+_BLOCKS = len(_PER_BACKEND)
+_NS = len(_SHARED)
+_LO = np.array([lo for _, lo, _ in _SHARED] + [lo for _, lo, _ in _PER_BACKEND for _ in range(_NB)])
+_HI = np.array([hi for _, _, hi in _SHARED] + [hi for _, _, hi in _PER_BACKEND for _ in range(_NB)])
 
 
 def _to_params(x: np.ndarray) -> dict[str, ServingParams]:
+    v = {n: float(x[i]) for i, n in enumerate(_NAMES)}
     base = ServingParams(
-        e_gemm=float(x[0]), n_half=float(x[1]), e_attn=float(x[2]), e_mem=float(x[3]),
-        layer_overhead_s=float(x[4]), w_mix=float(x[5]), w_queue=float(x[6]), w_kv_wait=float(x[7]),
-        comm=CommParams(latency_s=float(x[8])), moe_efficiency=float(x[9]), seq_overhead_s=float(x[10]),
+        e_gemm=v["e_gemm"], n_half=v["n_half"], e_attn=v["e_attn"], e_mem=v["e_mem"],
+        layer_overhead_s=v["layer_overhead_s"], w_mix=v["w_mix"], w_queue=v["w_queue"],
+        comm=CommParams(latency_s=v["comm_latency_s"]), moe_efficiency=v["moe_efficiency"],
+        seq_overhead_s=v["seq_overhead_s"],
     )  # fmt: skip
-    return {
-        b: replace(
-            base,
-            step_overhead_s=float(x[_NS + i]),
-            ttft_fixed_s=float(x[_NS + _NB + i]),
-            w_kv_wait=float(x[_NS + 2 * _NB + i]),
+    out: dict[str, ServingParams] = {}
+    for i, b in enumerate(BACKENDS):
+        own = [float(x[_NS + k * _NB + i]) for k in range(_BLOCKS)]
+        out[b] = replace(
+            base, step_overhead_s=own[0], ttft_fixed_s=own[1], w_kv_wait=own[2],
             kv_output_share=1.0 if b == "trtllm" else 0.5,
-        )
-        for i, b in enumerate(BACKENDS)
-    }
+        )  # fmt: skip
+    return out
 
 
 def _x0(p: ServingParams) -> np.ndarray:
-    head = [p.e_gemm, p.n_half, p.e_attn, p.e_mem, p.layer_overhead_s, p.w_mix, p.w_queue, p.w_kv_wait,
-            p.comm.latency_s, p.moe_efficiency, p.seq_overhead_s]  # fmt: skip
-    x: np.ndarray = np.clip(
-        np.array([*head, *([p.step_overhead_s] * _NB), *([p.ttft_fixed_s] * _NB), *([p.w_kv_wait] * _NB)]),
-        _LO,
-        _HI,
-    )
+    def value(name: str) -> float:
+        return p.comm.latency_s if name == "comm_latency_s" else float(getattr(p, name))
+
+    start = [value(n) for n in _NAMES] + [value(n) for n, _, _ in _PER_BACKEND for _ in range(_NB)]
+    x: np.ndarray = np.clip(np.array(start), _LO, _HI)
     return x
 
 
