@@ -1,0 +1,146 @@
+"""The serving model's terms one by one: GEMM efficiency, routed experts, summed rooflines, the
+decode step that carries other requests' prompts, the per-request host cost, TP all-reduces, and the
+fit leaving alone what no row exercises."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from planner_core.hardware import gpu_spec
+from planner_core.modelcfg import load_model_config
+from planner_core.profiling.serving import (
+    ServingParams,
+    ServingPoint,
+    _experts_touched,
+    _Shape,
+    gemm_efficiency,
+    pass_s,
+    predict_serving,
+)
+from planner_core.profiling.silicon import SiliconRow, fit
+from planner_core.profiling.tp_comms import CommParams, pass_comm_s
+
+H200 = gpu_spec("h200")  # 4800 GB/s, 1979 TFLOPS FP8, 989 TFLOPS BF16
+BARE = replace(ServingParams(), step_overhead_s=0.0, layer_overhead_s=0.0, seq_overhead_s=0.0)
+
+
+def _dense(**kw: float) -> _Shape:
+    base: dict[str, float] = dict(
+        lin_flops_token=2e9, expert_flops_token=0.0, dense_bytes=1e9, expert_bytes=0.0, moe_layers=0,
+        experts=0, topk=0, kv_token_bytes=1e5, attn_flops_pair=1e6, layers=10, hidden=1024,
+    )  # fmt: skip
+    base.update(kw)
+    return _Shape(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        (0, 0.0),
+        (256, 0.35),  # 0.7 x 256 / (256 + 256)
+        (768, 0.525),  # 0.7 x 768 / 1024
+        (1e9, 0.7),  # the curve tends to e_gemm
+    ],
+)
+def test_gemm_efficiency(tokens: float, expected: float) -> None:
+    p = replace(ServingParams(), e_gemm=0.7, n_half=256.0)
+    assert gemm_efficiency(tokens, p) == pytest.approx(expected, rel=1e-6)
+
+
+def test_gemm_efficiency_is_monotone() -> None:
+    p = ServingParams()
+    effs = [gemm_efficiency(n, p) for n in (1, 8, 64, 512, 4096, 32768)]
+    assert all(a < b for a, b in pairwise(effs)) and effs[-1] < p.e_gemm
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        (1, 8.0),  # one token routes to its top-8
+        (2, 128 * (1 - (120 / 128) ** 2)),  # 15.5: the second token mostly picks other experts
+        (10_000, 128.0),  # a long prefill touches them all
+    ],
+)
+def test_experts_touched(tokens: float, expected: float) -> None:
+    s = _dense(experts=128, topk=8, moe_layers=1, expert_bytes=1e6)
+    assert _experts_touched(s, tokens) == pytest.approx(expected, rel=1e-6)
+
+
+def test_rooflines_add_up() -> None:
+    """Decode of one token: weights and KV are both memory bound and run one after the other."""
+    s, p = _dense(lin_flops_token=2e8), BARE  # 0.2 FLOP per weight byte: far below the ridge
+    bw = H200.hbm_gb_s * 1e9 * p.e_mem
+    # 1e9 weight bytes + 1000 tokens x 1e5 KV bytes, each over the bandwidth
+    assert pass_s(s, H200, "fp8", 1, 1, 1000.0, 1000.0, p) == pytest.approx(1e9 / bw + 1e8 / bw)
+    # a long prefill is compute bound: 8192 x 2e8 FLOPs at 1979 TFLOPS x the efficiency at 8192 rows,
+    # plus 8192^2 / 2 pairs x 1e6 FLOPs at the BF16 peak x e_attn
+    n = 8192
+    gemm = n * 2e8 / (H200.fp8_tflops * 1e12 * gemm_efficiency(n, p))
+    attn = 0.5 * n * n * 1e6 / (H200.bf16_tflops * 1e12 * p.e_attn)
+    assert pass_s(s, H200, "fp8", 1, n, 0.0, 0.5 * n * n, p) == pytest.approx(gemm + attn)
+    # compute-bound GEMMs then a memory-bound attention over 1e6 KV tokens (1e11 bytes): the two add,
+    # where one roofline over the whole pass would have hidden the GEMMs under the KV traffic
+    kv = 1e11 / bw
+    assert pass_s(s, H200, "fp8", 1, n, 1e6, 0.0, p) == pytest.approx(gemm + kv)
+    assert gemm + kv > max(gemm, kv + 1e9 / bw) * 1.01
+
+
+def test_routed_experts_run_at_their_own_rows() -> None:
+    """1024 tokens over 128 experts x top-8: ~64 rows per expert GEMM, far below the pass's 1024, so
+    the experts' FLOPs cost more than the same FLOPs in a dense layer."""
+    p = BARE
+    moe = _dense(lin_flops_token=0.0, expert_flops_token=2e9, experts=128, topk=8, moe_layers=10,
+                 expert_bytes=1e5, dense_bytes=1e6)  # fmt: skip
+    dense = _dense(lin_flops_token=2e9, dense_bytes=1e6)
+    n = 1024
+    rows = n * 8 / _experts_touched(moe, n)
+    assert rows == pytest.approx(64.0, rel=1e-3)
+    expected = n * 2e9 / (H200.fp8_tflops * 1e12 * gemm_efficiency(rows, p))
+    assert pass_s(moe, H200, "fp8", 1, n, 0.0, 0.0, p) == pytest.approx(expected)
+    assert pass_s(moe, H200, "fp8", 1, n, 0.0, 0.0, p) > 2 * pass_s(dense, H200, "fp8", 1, n, 0.0, 0.0, p)
+
+
+def test_decode_step_carries_prompts_and_per_request_cost(shared_data: Path) -> None:
+    m = load_model_config(shared_data / "model_configs" / "meta-llama--Llama-3.1-70B.json")
+    pt = ServingPoint(2048, 128, 32, tp=4)
+    alone = predict_serving(m, H200, pt, replace(ServingParams(), w_mix=0.0, seq_overhead_s=0.0))
+    # without prompts in the steps and without host cost, TPOT is the bare decode pass
+    assert alone.tpot_ms == pytest.approx(alone.decode_pass_ms)
+    # 31 other requests x 2048 tokens every 128 steps: 496 prompt tokens ride in each step
+    mixed = predict_serving(m, H200, pt, replace(ServingParams(), w_mix=1.0, seq_overhead_s=0.0))
+    assert mixed.tpot_ms > 1.5 * alone.tpot_ms
+    # the host cost: 32 running requests x 100 us = 3.2 ms per step
+    host = predict_serving(m, H200, pt, replace(ServingParams(), w_mix=0.0, seq_overhead_s=1e-4))
+    assert host.tpot_ms - alone.tpot_ms == pytest.approx(3.2)
+
+
+@pytest.mark.parametrize("tokens", [1, 64, 8192])
+def test_tp_comm_grows_with_tp(tokens: int) -> None:
+    times = [pass_comm_s(tokens, 8192, 80, tp, H200, 2.0, CommParams()) for tp in (1, 2, 4, 8)]
+    assert times[0] == 0.0 and times[1] < times[2] < times[3]
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_tp_comm_grows_with_tokens(tp: int) -> None:
+    times = [pass_comm_s(n, 8192, 80, tp, H200, 2.0, CommParams()) for n in (1, 64, 1024, 8192)]
+    assert all(a < b for a, b in pairwise(times))
+    # 160 all-reduces: the latency floor alone is 160 x 8 us
+    assert times[0] > 160 * 8e-6
+
+
+def test_fit_keeps_moe_efficiency_without_moe_rows(shared_data: Path) -> None:
+    model = load_model_config(shared_data / "model_configs" / "meta-llama--Llama-3.1-70B.json")
+    truth = replace(ServingParams(), e_mem=0.7)
+    rows = []
+    for tp in (2, 8):
+        for conc in (4, 32):
+            pt = ServingPoint(1024, 1024, conc, tp=tp, weight_format="fp8", kv_bytes=1.0)
+            est = predict_serving(model, H200, pt, truth)
+            rows.append(SiliconRow(f"{tp}-{conc}", "m", "h200_sxm", "vllm", pt, est.ttft_ms, est.tpot_ms))
+    start = replace(ServingParams(), moe_efficiency=0.37)
+    fitted = fit(rows, lambda _: model, start)
+    assert fitted["vllm"].moe_efficiency == 0.37
