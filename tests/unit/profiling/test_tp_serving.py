@@ -74,5 +74,13 @@ def test_usable_rows_reasons() -> None:
     assert usable({**base, "mode": "disagg"}, lambda _: True) == "disaggregated"
     assert usable(base, lambda _: False) == "no model config"
     assert usable({**base, "moe_ep_size": "8"}, lambda _: True) == "expert parallel"
+    # MoE sharded over more GPUs than the attention's TP group: attention data parallel, even with
+    # attention_dp_size left empty (vLLM rows "tp 2, moe_tp 4" run on four GPUs)
+    assert (
+        usable({**base, "attention_dp_size": "", "moe_tp_size": "8"}, lambda _: True)
+        == "attention data parallel"
+    )
+    assert not isinstance(usable({**base, "moe_tp_size": "4"}, lambda _: True), str)
+    assert not isinstance(usable({**base, "moe_tp_size": "1"}, lambda _: True), str)  # dense rows say 1
     assert usable({**base, "system": "tpu_v5"}, lambda _: True) == "unknown GPU system"
     assert usable({**base, "silicon_ttft_ms": "n/a"}, lambda _: True) == "no measurement"

@@ -56,6 +56,11 @@ def usable(raw: dict[str, str], has_config: Callable[[str], bool]) -> SiliconRow
     ep = int(raw.get("moe_ep_size") or 1)
     if ep not in (1,):
         return "expert parallel"
+    if int(raw.get("moe_tp_size") or 1) > tp:
+        # the MoE layers span more GPUs than the attention's TP group (vLLM's --data-parallel-size with
+        # TP-sharded experts: "tp 1, moe_tp 2" is two attention replicas over one 2-GPU MoE), with
+        # attention_dp_size left empty: an attention-DP layout, not the TP engine tp_size says
+        return "attention data parallel"
     if not has_config(raw["model_path"]):
         return "no model config"
     fmt = (raw.get("precision") or "").lower()
