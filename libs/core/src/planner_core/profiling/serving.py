@@ -1,24 +1,30 @@
 """TTFT and TPOT of an engine serving a fixed number of concurrent requests, GPU-free.
 
-One engine of ``tp`` GPUs. A pass of ``n`` new tokens over context costs
-``max(compute, memory) + step overhead + layers x layer overhead + TP all-reduces``:
+One engine of ``tp`` GPUs. A pass of ``n`` new tokens over context costs, kernel kind by kernel kind
+(each bound by its own roofline, the kinds running one after another),
+``GEMMs + attention + step overhead + layers x layer overhead + TP all-reduces``:
 
-- compute: 2 x active linear parameters / tp per token at the tensor-core peak of the weight format
-  times a GEMM efficiency that grows with the tokens of the pass, ``e_g x n / (n + n_half)`` (small
-  GEMMs do not fill the GPU), plus causal attention at the BF16 peak times ``e_attn``;
-- memory: the weights a pass touches (for MoE, the experts that ``n`` tokens route to:
-  ``E (1 - (1 - k/E)^n)`` per layer) and the KV it reads, at the HBM bandwidth times ``e_mem``;
+- GEMMs: ``max(compute, weights / bandwidth)``. Compute is 2 x linear parameters / tp per token at
+  the tensor-core peak of the weight format times an efficiency that grows with the GEMM's rows,
+  ``e_g x m / (m + n_half)`` (small GEMMs do not fill the GPU): ``m = n`` for the dense layers, and
+  for routed experts the tokens each touched expert receives, ``n k / E_touched`` (1024 tokens over
+  128 experts x top-8 give each expert GEMM ~64 rows). The weights are those the pass touches (for
+  MoE, ``E_touched = E (1 - (1 - k/E)^n)`` experts per layer) at the HBM bandwidth times ``e_mem``;
+- attention: ``max(causal attention FLOPs at the BF16 peak x e_attn, KV read / bandwidth)``;
 - all-reduces from :mod:`planner_core.profiling.tp_comms`.
 
 Serving at concurrency ``B`` with prompts of ``isl`` and ``osl`` outputs, in steady state: the
-running batch is ``B`` unless the KV cache holds fewer whole requests; TPOT is one decode pass of
-that batch at mean context ``isl + osl / 2`` plus the prefills of the batch spread over its outputs
-(``w_mix x B x prefill / osl``: chunked prefill shares the passes); TTFT is the request's own
-chunked prefill, longer by ``w_queue`` of a prefill per other running request (measured TTFT grows
-linearly in concurrency, in proportion to the prefill time, independently of the output length),
-plus a fixed intake time, plus, when the KV cache is short, the wait for a free slot (a share of a
-request's whole cycle per request that does not fit). Every efficiency and weight is in
-:class:`ServingParams`, fitted on measured rows (:func:`planner_core.profiling.silicon.fit`).
+running batch is ``B`` unless the KV cache holds fewer whole requests. TPOT is one decode step of
+that batch at mean context ``isl + osl / 2`` that also carries the other requests' prompts (each
+of the ``B - 1`` others brings ``isl`` tokens every ``osl`` steps, weighted by ``w_mix``: chunked
+prefill shares the steps), plus a host cost per running request and step (scheduling, sampling,
+detokenisation: measured TPOT at TP8 grows ~0.06-0.12 ms per request where memory and compute
+cannot explain it). TTFT is the request's own chunked prefill, longer by ``w_queue`` of a prefill
+per other running request (measured TTFT grows linearly in concurrency, in proportion to the
+prefill time, independently of the output length), plus a fixed intake time, plus, when the KV
+cache is short, the wait for a free slot (a share of a request's whole cycle per request that does
+not fit). Every efficiency and weight is in :class:`ServingParams`, fitted on measured rows
+(:func:`planner_core.profiling.silicon.fit`).
 """
 
 from __future__ import annotations

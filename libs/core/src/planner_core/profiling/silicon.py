@@ -3,8 +3,11 @@
 A row is one aggregated engine at a fixed concurrency: model, GPU system, backend, weight format,
 TP, ISL/OSL and the measured mean TTFT and TPOT. Rows that the model cannot describe are left out by
 :func:`usable` with a reason (disaggregated, attention-DP or expert-parallel layouts, pipeline
-parallel, models without a config). The fit minimises the squared log error of TTFT and TPOT over
-the rows: one set of efficiencies shared by every backend and GPU, one step overhead per backend.
+parallel, models without a config). The fit minimises a robust (soft-L1) loss of the log errors of
+TTFT and TPOT over the rows: one set of efficiencies shared by every backend and GPU, a step
+overhead, an intake time and a KV-wait weight per backend. A term no training row exercises (a
+backend without rows, MoE experts without MoE rows) keeps a value it could not have learnt from
+the rows: the other backends' median, the start value.
 """
 
 from __future__ import annotations
@@ -149,7 +152,8 @@ def predict_row(
 def fit(
     rows: Sequence[SiliconRow], models: Callable[[str], ModelConfig], start: ServingParams = ServingParams()
 ) -> dict[str, ServingParams]:
-    """Robust least squares (soft L1: the few rows that wait minutes for KV space do not dominate) on
+    """Robust least squares (soft L1 with a scale of 0.2 in log units, ~20 %: the few rows that wait
+    minutes for KV space, and rows whose harness the model does not describe, do not dominate) on
     log(predicted / measured) of TTFT and TPOT, every row weighted alike."""
     rows = list(rows)
 
