@@ -20,6 +20,7 @@ from planner_core.profiling.serving import (
     gemm_efficiency,
     pass_s,
     predict_serving,
+    ridge_rows,
 )
 from planner_core.profiling.silicon import SiliconRow, fit
 from planner_core.profiling.tp_comms import CommParams, pass_comm_s
@@ -41,20 +42,36 @@ def _dense(**kw: float) -> _Shape:
     ("tokens", "expected"),
     [
         (0, 0.0),
-        (256, 0.35),  # 0.7 x 256 / (256 + 256)
+        (256, 0.35),  # half the ridge rows at n_half_ridge 1: 0.7 x 256 / (256 + 256)
         (768, 0.525),  # 0.7 x 768 / 1024
         (1e9, 0.7),  # the curve tends to e_gemm
     ],
 )
 def test_gemm_efficiency(tokens: float, expected: float) -> None:
-    p = replace(ServingParams(), e_gemm=0.7, n_half=256.0)
-    assert gemm_efficiency(tokens, p) == pytest.approx(expected, rel=1e-6)
+    p = replace(ServingParams(), e_gemm=0.7, n_half_ridge=1.0)
+    assert gemm_efficiency(tokens, p, 256.0) == pytest.approx(expected, rel=1e-6)
 
 
-def test_gemm_efficiency_is_monotone() -> None:
+@pytest.mark.parametrize(
+    ("gpu", "fmt", "rows"),
+    [
+        ("h200", "fp8", 1979e12 * 1.0 / (2 * 4800e9)),  # 206 rows
+        ("h200", "bf16", 989e12 * 2.0 / (2 * 4800e9)),  # 206: half the FLOPs, twice the bytes
+        ("b200", "fp8", 4500e12 * 1.0 / (2 * 8000e9)),  # 281
+        ("b200", "fp4", 9000e12 * 4.5 / 8 / (2 * 8000e9)),  # 316: FP4 at twice FP8, 4.5 bits a weight
+        ("h200", "fp4", 1979e12 * 4.5 / 8 / (2 * 4800e9)),  # Hopper runs FP4 weights at FP8 speed
+    ],
+)
+def test_ridge_rows(gpu: str, fmt: str, rows: float) -> None:
+    assert ridge_rows(gpu_spec(gpu), fmt) == pytest.approx(rows)
+
+
+def test_gemm_efficiency_is_monotone_and_moves_with_the_ridge() -> None:
     p = ServingParams()
-    effs = [gemm_efficiency(n, p) for n in (1, 8, 64, 512, 4096, 32768)]
+    effs = [gemm_efficiency(n, p, 206.0) for n in (1, 8, 64, 512, 4096, 32768)]
     assert all(a < b for a, b in pairwise(effs)) and effs[-1] < p.e_gemm
+    # a GPU with more FLOPs per byte needs more rows to fill: B200 FP8 runs 256 rows less full
+    assert gemm_efficiency(256, p, ridge_rows(gpu_spec("b200"), "fp8")) < gemm_efficiency(256, p, 206.0)
 
 
 @pytest.mark.parametrize(
@@ -79,7 +96,7 @@ def test_rooflines_add_up() -> None:
     # a long prefill is compute bound: 8192 x 2e8 FLOPs at 1979 TFLOPS x the efficiency at 8192 rows,
     # plus 8192^2 / 2 pairs x 1e6 FLOPs at the BF16 peak x e_attn
     n = 8192
-    gemm = n * 2e8 / (H200.fp8_tflops * 1e12 * gemm_efficiency(n, p))
+    gemm = n * 2e8 / (H200.fp8_tflops * 1e12 * gemm_efficiency(n, p, ridge_rows(H200, "fp8")))
     attn = 0.5 * n * n * 1e6 / (H200.bf16_tflops * 1e12 * p.e_attn)
     assert pass_s(s, H200, "fp8", 1, n, 0.0, 0.5 * n * n, p) == pytest.approx(gemm + attn)
     # compute-bound GEMMs then a memory-bound attention over 1e6 KV tokens (1e11 bytes): the two add,
@@ -99,7 +116,7 @@ def test_routed_experts_run_at_their_own_rows() -> None:
     n = 1024
     rows = n * 8 / _experts_touched(moe, n)
     assert rows == pytest.approx(64.0, rel=1e-3)
-    expected = n * 2e9 / (H200.fp8_tflops * 1e12 * gemm_efficiency(rows, p))
+    expected = n * 2e9 / (H200.fp8_tflops * 1e12 * gemm_efficiency(rows, p, ridge_rows(H200, "fp8")))
     assert pass_s(moe, H200, "fp8", 1, n, 0.0, 0.0, p) == pytest.approx(expected)
     assert pass_s(moe, H200, "fp8", 1, n, 0.0, 0.0, p) > 2 * pass_s(dense, H200, "fp8", 1, n, 0.0, 0.0, p)
 

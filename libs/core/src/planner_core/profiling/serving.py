@@ -6,7 +6,9 @@ One engine of ``tp`` GPUs. A pass of ``n`` new tokens over context costs, kernel
 
 - GEMMs: ``max(compute, weights / bandwidth)``. Compute is 2 x linear parameters / tp per token at
   the tensor-core peak of the weight format times an efficiency that grows with the GEMM's rows,
-  ``e_g x m / (m + n_half)`` (small GEMMs do not fill the GPU): ``m = n`` for the dense layers, and
+  ``e_g x m / (m + h x ridge)`` (small GEMMs do not fill the GPU; ``ridge`` = peak / bandwidth x
+  bytes per weight / 2 rows, where compute time meets weight-streaming time, so the curve moves with
+  the GPU and the format rather than sitting at a fixed row count): ``m = n`` for dense layers, and
   for routed experts the tokens each touched expert receives, ``n k / E_touched`` (1024 tokens over
   128 experts x top-8 give each expert GEMM ~64 rows). The weights are those the pass touches (for
   MoE, ``E_touched = E (1 - (1 - k/E)^n)`` experts per layer) at the HBM bandwidth times ``e_mem``;
@@ -44,7 +46,10 @@ FORMAT_BITS: dict[str, float] = {"bf16": 16.0, "fp16": 16.0, "fp8": 8.0, "fp4": 
 @dataclass(frozen=True)
 class ServingParams:
     e_gemm: float = 0.7
-    n_half: float = 256.0  # tokens at which a GEMM reaches half its peak efficiency
+    # rows at which a GEMM reaches half its peak efficiency, in units of the GPU's ridge rows
+    # (ridge_rows: ~206 for FP8 on an H200, 281 on a B200): a GEMM of m rows does 2 m FLOPs per
+    # weight byte, so how full it runs depends on m against the FLOPs:bandwidth ratio, not on m alone
+    n_half_ridge: float = 1.25
     e_attn: float = 0.4
     e_mem: float = 0.8
     step_overhead_s: float = 0.004  # per pass: scheduling, sampling, launches (backend dependent)
@@ -144,9 +149,16 @@ def _weights_read(s: _Shape, tokens: float, moe_efficiency: float = 1.0) -> floa
     return s.dense_bytes + s.expert_bytes * _experts_touched(s, tokens) * s.moe_layers / moe_efficiency
 
 
-def gemm_efficiency(tokens: float, p: ServingParams) -> float:
-    """Share of the tensor-core peak a GEMM over ``tokens`` rows reaches: ``e_gemm x n / (n + n_half)``."""
-    return p.e_gemm * tokens / (tokens + p.n_half)
+def ridge_rows(gpu: GpuSpec, fmt: str) -> float:
+    """GEMM rows at which compute time equals weight-streaming time: peak FLOPs / HBM bandwidth x
+    bytes per weight / 2 (a row does 2 FLOPs per weight)."""
+    return _peak_flops(gpu, fmt) * FORMAT_BITS[fmt] / 8.0 / (2.0 * gpu.hbm_gb_s * 1e9)
+
+
+def gemm_efficiency(tokens: float, p: ServingParams, ridge: float) -> float:
+    """Share of the tensor-core peak a GEMM over ``tokens`` rows reaches,
+    ``e_gemm x n / (n + n_half_ridge x ridge)``."""
+    return p.e_gemm * tokens / (tokens + p.n_half_ridge * ridge)
 
 
 def pass_s(
@@ -160,10 +172,11 @@ def pass_s(
     follows the tokens per touched expert, not the tokens of the pass."""
     peak = _peak_flops(gpu, fmt)
     bw = gpu.hbm_gb_s * 1e9 * p.e_mem
-    gemm = s.lin_flops_token * new_tokens / (peak * gemm_efficiency(new_tokens, p))
+    ridge = ridge_rows(gpu, fmt)
+    gemm = s.lin_flops_token * new_tokens / (peak * gemm_efficiency(new_tokens, p, ridge))
     if s.experts:
         per_expert = new_tokens * s.topk / _experts_touched(s, new_tokens)
-        gemm += s.expert_flops_token * new_tokens / (peak * gemm_efficiency(per_expert, p))
+        gemm += s.expert_flops_token * new_tokens / (peak * gemm_efficiency(per_expert, p, ridge))
     gemm = max(gemm, _weights_read(s, new_tokens, p.moe_efficiency) / bw)
     attn = max(
         s.attn_flops_pair * pairs / (gpu.bf16_tflops * 1e12 * p.e_attn),

@@ -90,7 +90,7 @@ def usable(raw: dict[str, str], has_config: Callable[[str], bool]) -> SiliconRow
 # shared by every backend and GPU: (name, lower bound, upper bound)
 _SHARED: tuple[tuple[str, float, float], ...] = (
     ("e_gemm", 0.1, 1.0),
-    ("n_half", 1.0, 4096.0),
+    ("n_half_ridge", 0.005, 20.0),
     ("e_attn", 0.05, 1.0),
     ("e_mem", 0.3, 1.0),
     ("layer_overhead_s", 0.0, 2e-4),
@@ -117,7 +117,7 @@ _HI = np.array([hi for _, _, hi in _SHARED] + [hi for _, _, hi in _PER_BACKEND f
 def _to_params(x: np.ndarray) -> dict[str, ServingParams]:
     v = {n: float(x[i]) for i, n in enumerate(_NAMES)}
     base = ServingParams(
-        e_gemm=v["e_gemm"], n_half=v["n_half"], e_attn=v["e_attn"], e_mem=v["e_mem"],
+        e_gemm=v["e_gemm"], n_half_ridge=v["n_half_ridge"], e_attn=v["e_attn"], e_mem=v["e_mem"],
         layer_overhead_s=v["layer_overhead_s"], w_mix=v["w_mix"], w_queue=v["w_queue"],
         comm=CommParams(latency_s=v["comm_latency_s"]), moe_efficiency=v["moe_efficiency"],
         seq_overhead_s=v["seq_overhead_s"],
