@@ -12,6 +12,7 @@ from planner_core.policy.horizon import (
     demand_scenarios,
     fewest_replicas,
     forecast,
+    pooled_capacity,
     predicted_attainment,
     update_series,
 )
@@ -205,3 +206,22 @@ def test_without_a_season_the_damped_trend_is_used() -> None:
 
     s = feed([100.0 + 5 * i for i in range(100)], 4, HorizonConfig())
     assert s.period == 0 and not uses_season(s, 4, HorizonConfig())
+
+
+@pytest.mark.parametrize(
+    ("demand", "linear", "pooled"),
+    [
+        (70.0, 1, 1),  # one engine: the same cap (0.75) either way
+        (140.0, 2, 2),  # 2 - 0.25 sqrt 2 = 1.65 engines' worth >= 1.4; linear 1.5 >= 1.4
+        (850.0, 12, 10),  # 850 / 75 -> 12 linearly; 10 - 0.25 sqrt 10 = 9.21 >= 8.5 > 9 - 0.75
+        (2000.0, 27, 22),  # 22 - 1.17 = 20.8 >= 20 > 21 - 1.15
+    ],
+)
+def test_pooled_headroom_grows_with_the_square_root_of_the_fleet(
+    demand: float, linear: int, pooled: int
+) -> None:
+    assert fewest_replicas(75.0, [demand], 1.0)[0] == linear
+    assert fewest_replicas(100.0, [demand], 1.0, pooled_headroom=0.25)[0] == pooled
+    assert pooled_capacity(1, 0.25) == pytest.approx(0.75) and pooled_capacity(0, 0.25) == 0.0
+    spare = [k - pooled_capacity(k, 0.25) for k in (1, 4, 9, 16)]
+    assert spare == pytest.approx([0.25, 0.5, 0.75, 1.0])

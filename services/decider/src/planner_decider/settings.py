@@ -48,6 +48,7 @@ class DeciderSettings(LeaseSettings, frozen=True, kw_only=True):
     queue_overload_samples: int = _D.queue_overload_samples
     prefill_max_utilisation: float = _D.prefill_max_utilisation
     decode_max_utilisation: float = _D.decode_max_utilisation
+    decode_pooled_headroom: bool = _D.decode_pooled_headroom
     predictive: bool = _D.predictive
     demand_interval_s: float = _D.demand_interval_s
     target_attainment: float = _D.target_attainment

@@ -74,6 +74,11 @@ class PolicyConfig:
     admission, so the floor keeps a margin over the profile's best throughput at the ITL target.
     On the Azure conv trace (one or two decode engines) 0.85 left ITL misses: 98.0 % at 6.44 GPU-h,
     0.75 gives 99.5 % at 6.66; 0.65 cost the sinusoid 16 % more GPU-hours than 0.85, 0.75 costs it 6 %."""
+    decode_pooled_headroom: bool = True
+    """Ours (predictive floor): ``decode_max_utilisation`` is the cap of one decode engine; a fleet of
+    k keeps (1 - cap) x sqrt(k) engines spare in all instead of (1 - cap) x k (square-root staffing:
+    the router spreads the running batch, the fluctuation to absorb grows with its square root), once
+    the decode demand's forecast errors are measured (``min_errors``; before, the linear margin)."""
     predictive: bool = True
     """Ours (combined): the floor is the predictive one (demand of the startup horizon at the target
     attainment, re-sized on every traffic sample) instead of the throughput mode's (False: seed 002)."""

@@ -337,6 +337,12 @@ def predicted_attainment(capacity: float, demands: Sequence[float]) -> float:
     return sum(min(max(d, 0.0), cap) for d in demands) / total
 
 
+def pooled_capacity(k: int, headroom: float) -> float:
+    """Replicas' worth of capacity ``k`` replicas offer when the fleet keeps ``headroom x sqrt(k)``
+    spare (0 for no replica)."""
+    return max(k - headroom * math.sqrt(k), 0.0) if k > 0 else 0.0
+
+
 def fewest_replicas(
     per_replica: float,
     demands: Sequence[float],
@@ -344,14 +350,20 @@ def fewest_replicas(
     *,
     minimum: int = 0,
     maximum: int = 1024,
+    pooled_headroom: float = 0.0,
 ) -> tuple[int, dict[int, float]]:
     """Fewest replicas (in [minimum, maximum]) whose predicted attainment reaches ``target``, and the
-    predicted attainment of the candidates around it (for the decision's diagnostics)."""
+    predicted attainment of the candidates around it (for the decision's diagnostics).
+
+    ``pooled_headroom`` h: ``k`` replicas behind a load-balancing router serve
+    ``per_replica x (k - h sqrt(k))`` (square-root staffing: the spare capacity that absorbs the
+    fluctuation of the running load grows with the square root of the fleet, not with the fleet; one
+    replica keeps the share h spare, nine keep h / 3 each)."""
     if per_replica <= 0 or not math.isfinite(per_replica):
         return maximum, {}
 
     def att(k: int) -> float:
-        return predicted_attainment(k * per_replica, demands)
+        return predicted_attainment(per_replica * pooled_capacity(k, pooled_headroom), demands)
 
     n = minimum
     while n < maximum and att(n) < target:

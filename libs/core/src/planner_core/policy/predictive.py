@@ -13,7 +13,11 @@ still reacts above it to what the engines report.
   the TTFT target (:func:`planner_core.policy.queueing.max_prefill_utilisation`): queue-aware. The prefill time comes from the learned model when
   the snapshot has one, else from the profile.
 - decode: the profile's best output tokens/s per GPU at the (corrected) ITL target and the mean
-  context, times ``decode_max_utilisation``.
+  context; one engine runs at most at ``decode_max_utilisation`` of it, a fleet of ``k`` keeps
+  ``(1 - decode_max_utilisation) x sqrt(k)`` engines spare in all (``decode_pooled_headroom``;
+  square-root staffing: the router spreads the running batch, so the fluctuation the spare absorbs
+  grows with the square root of the load), once the series' forecast errors are measured (before,
+  every engine keeps the single engine's margin).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from planner_core.policy.horizon import (
     best_forecast,
     demand_scenarios,
     fewest_replicas,
+    pooled_capacity,
     update_series,
     uses_fast,
     uses_season,
@@ -121,13 +126,17 @@ def predictive_floor(
     if DECODE in comps and inputs.capacity is not None:
         itl_target = cfg.itl_target_ms / decode_correction if decode_correction > 0 else cfg.itl_target_ms
         thpt = inputs.capacity.decode.best_thpt_per_gpu(itl_target, isl + osl / 2)
-        per = thpt * cfg.gpus_per_decode * cfg.decode_max_utilisation
+        if cfg.decode_pooled_headroom and len(st.decode.errors) >= hcfg.min_errors:
+            per, pooled = thpt * cfg.gpus_per_decode, 1.0 - cfg.decode_max_utilisation
+        else:
+            per, pooled = thpt * cfg.gpus_per_decode * cfg.decode_max_utilisation, 0.0
         out[DECODE] = _sized(
             best_forecast(st.decode, lead, hcfg),
             per,
             demand_scenarios(st.decode, lead, hcfg),
             cfg,
             {"itl_target_corrected_ms": itl_target},
+            pooled,
         )
     for c, series in ((PREFILL, st.prefill), (DECODE, st.decode)):
         r = out.get(c)
@@ -165,13 +174,19 @@ def _sized(
     demands: tuple[float, ...],
     cfg: PolicyConfig,
     extra: Diagnostics,
+    pooled_headroom: float = 0.0,
 ) -> ComponentResult:
     if per_replica <= 0 or not math.isfinite(per_replica):
         return ComponentResult(target=None, reason=Reason.INSUFFICIENT_DATA, diagnostics=extra)
     hi = 1024 if cfg.max_replicas < 0 else cfg.max_replicas
     n, cands = fewest_replicas(
-        per_replica, demands, cfg.target_attainment, minimum=cfg.min_replicas, maximum=hi
-    )
+        per_replica, demands, cfg.target_attainment, minimum=cfg.min_replicas, maximum=hi,
+        pooled_headroom=pooled_headroom,
+    )  # fmt: skip
+    if pooled_headroom > 0:
+        # the need in replicas at the capacity per replica the chosen fleet runs at
+        per_replica *= pooled_capacity(max(n, 1), pooled_headroom) / max(n, 1)
+        extra = {**extra, "pooled_headroom": pooled_headroom}
     diag: Diagnostics = {
         **extra,
         "forecast_tok_per_s": fc,
