@@ -6,6 +6,7 @@ the clairvoyant oracle, the best attainment it reached, and its default knob's o
 
     uv run planner bench --frontier --scenario azure-conv --json > conv.json
     uv run python benchmarks/frontier_table.py conv.json [more.json ...]
+    uv run python benchmarks/frontier_table.py --summary conv.json code.json   # one line per trace
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ def trace_table(t: dict[str, Any]) -> str:
         f"**{t['trace']}**: {t['requests']:,} requests ({t['infeasible_requests']} infeasible, not counted), "
         f"rate x{t['rate_scale']:g}; instant oracle {orc['gpu_hours']:.2f} GPU-h (peak {orc['peak_gpus']} GPUs), "
         f"clairvoyant oracle paying the startup {clv:.2f} GPU-h "
-        f"(its replay: {t['clairvoyant']['replay_sla_attainment_pct']:.1f} % SLA)\n\n"
+        f"(its replay: {t['clairvoyant']['replay_sla_attainment_pct']:.1f} % SLA)"
+        + (f"; first {t['warmup_s']:g} s run, not scored" if t.get("warmup_s") else "")
+        + "\n\n"
     )
     rows = [
         "| policy | GPU-h at 99 % (x clairvoyant) | GPU-h at 95 % (x clairvoyant) | best SLA % | "
@@ -64,14 +67,51 @@ def trace_table(t: dict[str, Any]) -> str:
     return head + "\n".join(rows) + "\n"
 
 
+SUMMARY_HEAD = (
+    "| trace | scored | clairvoyant GPU-h | ours at 99 % | ours at 95 % | best static at 99 % | "
+    "best reference at 99 % | ours at the default knob |\n|---|---|---|---|---|---|---|---|"
+)
+
+
+def summary_row(t: dict[str, Any]) -> str:
+    """One line per trace: ours against the best static fleet and the best reference policy."""
+    clv = float(t["clairvoyant"]["gpu_hours"])
+    by = {r["policy"]: r for r in t["policies"]}
+
+    def best(names: list[str], named: bool = True) -> str:
+        got = [(r["gpu_hours_at_99_pct"], r) for n in names if (r := by.get(n)) is not None]
+        reached = [(g, r) for g, r in got if g is not None]
+        if reached:
+            g, r = min(reached, key=lambda x: x[0])
+            return f"{_gh(g, clv)} ({r['policy']})" if named else _gh(g, clv)
+        top = max((r for _, r in got), key=lambda r: r["max_attainment_pct"] or 0.0, default=None)
+        return "never" if top is None else f"never (best {top['max_attainment_pct']:.2f} %, {top['policy']})"
+
+    ours = by.get("combined", {})
+    scored = f"after {t['warmup_s']:g} s" if t.get("warmup_s") else "whole run"
+    default = (
+        f"{ours['sla_attainment_pct']:.1f} % / {ours['gpu_hours']:.2f} ({ours['gpu_hours'] / clv:.2f}x)"
+        if ours and clv > 0
+        else "-"
+    )
+    return (
+        f"| {t['trace']} | {scored} | {clv:.2f} | {_gh(ours.get('gpu_hours_at_99_pct'), clv)} | "
+        f"{_gh(ours.get('gpu_hours_at_95_pct'), clv)} | {best(['static'], named=False)} | "
+        f"{best(['threshold', 'sla', 'load'])} | {default} |"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--summary", action="store_true", help="one line per trace instead of the tables")
     args = ap.parse_args()
+    if args.summary:
+        print(SUMMARY_HEAD)
     for f in args.files:
         doc = json.loads(f.read_text())
         for t in doc["traces"]:
-            print(trace_table(t))
+            print(summary_row(t) if args.summary else trace_table(t))
 
 
 if __name__ == "__main__":
