@@ -31,9 +31,15 @@ ALIASES = {
 }
 
 
+LOCAL_CONFIGS = REPO / "benchmarks" / "model_configs"
+"""Architecture configs of measured models the shared data has none for (see its README)."""
+
+
 def model_loader(configs: Path) -> tuple[Callable[[str], bool], Callable[[str], ModelConfig]]:
     def path(name: str) -> Path:
-        return configs / ALIASES.get(name, name.replace("/", "--") + ".json")
+        file = ALIASES.get(name, name.replace("/", "--") + ".json")
+        shared = configs / file
+        return shared if shared.is_file() or not (LOCAL_CONFIGS / file).is_file() else LOCAL_CONFIGS / file
 
     @cache
     def load(name: str) -> ModelConfig:
