@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from planner_core.hardware import gpu_spec
 from planner_core.modelcfg import ModelConfig, load_model_config
@@ -94,9 +95,9 @@ def main() -> int:
         if not train:
             continue
         params = fit(train, load)
-        for i, r in enumerate(rows):
-            if r.system == system:
-                logo[i] = predict_row(r, load, params)
+        for i, row in enumerate(rows):
+            if row.system == system:
+                logo[i] = predict_row(row, load, params)
     preds["logo"] = logo
     # rows where the (fitted) KV cache cannot hold the whole batch: requests wait for whole requests to
     # finish, and backends differ (TRT-LLM waits, vLLM preempts): the model's weak spot, shown apart
@@ -107,7 +108,7 @@ def main() -> int:
         for r in rows
     ]
     elapsed = time.perf_counter() - t0
-    result = {
+    result: dict[str, Any] = {
         "rows_used": len(rows),
         "rows_left_out": dict(left_out.most_common()),
         "models": sorted({r.model_path for r in rows}),
@@ -132,7 +133,7 @@ def main() -> int:
     hdr = f"{'group':34} {'rows':>4}  {'TTFT default/fit/LOGO %':>24}  {'TPOT default/fit/LOGO %':>24}"
     for name in ("by_system", "by_tp", "by_kv", "by_system_backend_tp"):
         print(f"\n{name}\n{hdr}")
-        for g, e in result[name].items():  # type: ignore[attr-defined]
+        for g, e in result[name].items():
             ttft = f"{e['default_ttft']:.1f}/{e['fit_ttft']:.1f}/{e['logo_ttft']:.1f}"
             tpot = f"{e['default_tpot']:.1f}/{e['fit_tpot']:.1f}/{e['logo_tpot']:.1f}"
             print(f"{g:34} {int(e['rows']):>4}  {ttft:>24}  {tpot:>24}")
