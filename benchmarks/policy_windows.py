@@ -123,18 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             f"  {pre[tm].min():3d}-{pre[tm].max():<3d} {dec[tm].min():3d}-{dec[tm].max():<3d} | {oracle}"
         )
     dt = np.diff(np.append(ts, prep.horizon_s))
-    cv = prep.clairvoyant
     for lo, hi in ((0.0, prep.horizon_s / 2), (prep.horizon_s / 2, prep.horizon_s)):
         m = (ts >= lo) & (ts < hi)
         ours = float((held[m] * dt[m]).sum()) / 3600.0
-        clv = (
-            sum(
-                max(0.0, min(st.end_s, hi) - max(st.held_s, lo)) * cv.gpus_per[c]
-                for c, stints in cv.stints.items()
-                for st in stints
-            )
-            / 3600.0
-        )
+        clv = prep.clairvoyant.gpu_hours_from(lo, hi)
         arr = (log.arrival_s >= lo) & (log.arrival_s < hi)
         ratio = f"{ours / clv:.2f}x" if clv > 0 else "-"
         print(

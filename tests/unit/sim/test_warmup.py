@@ -32,6 +32,7 @@ def test_oracle_hours_split_at_the_warmup(startup_s: float) -> None:
         before = float((gpus * np.clip(cut - starts, 0.0, orc.interval_s)).sum()) / 3600.0
         assert orc.gpu_hours_from(cut) == pytest.approx(orc.gpu_hours - before)
         assert 0.0 <= clv.gpu_hours_from(cut) <= clv.gpu_hours
+        assert clv.gpu_hours_from(0.0, cut) + clv.gpu_hours_from(cut) == pytest.approx(clv.gpu_hours)
         assert clv.gpu_hours_from(cut) >= orc.gpu_hours_from(cut) - 1e-9  # still never cheaper
 
 
@@ -52,8 +53,6 @@ def test_simulated_run_scores_only_after_the_warmup() -> None:
     s = summarize(warm.log, 500.0, 50.0, from_s=180.0)
     assert s.requests == late < len(reqs)
     # a request that missed before the warm-up does not count against the run
-    ttft = whole.log.ttft_s()
-    ttft[0] = 10.0
     whole.log.first_token_s[0] = whole.log.arrival_s[0] + 10.0
     assert summarize(whole.log, 500.0, 50.0, from_s=180.0).sla_attainment_pct == s.sla_attainment_pct
     assert summarize(whole.log, 500.0, 50.0).sla_attainment_pct < 100.0

@@ -20,6 +20,7 @@ limit's fleet actually achieves on the trace, starting workers one tick ahead of
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,10 +83,10 @@ class ClairvoyantResult:
     def gpu_hours(self) -> float:
         return self.gpu_hours_from(0.0)
 
-    def gpu_hours_from(self, from_s: float) -> float:
-        """GPU-hours held from ``from_s`` on (a stint started before it is paid from ``from_s``)."""
+    def gpu_hours_from(self, from_s: float, to_s: float = math.inf) -> float:
+        """GPU-hours held in ``[from_s, to_s)`` (a stint started before ``from_s`` is paid from it)."""
         sec = sum(
-            max(0.0, s.end_s - max(s.held_s, from_s)) * self.gpus_per[c]
+            max(0.0, min(s.end_s, to_s) - max(s.held_s, from_s)) * self.gpus_per[c]
             for c, stints in self.stints.items()
             for s in stints
         )

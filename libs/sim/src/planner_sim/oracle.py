@@ -82,11 +82,16 @@ class OracleResult:
     gpus_per_prefill: int
     gpus_per_decode: int
 
+    def widths_from(self, from_s: float = 0.0) -> FloatArray:
+        """Seconds of each interval within ``[from_s, horizon_s)``."""
+        starts = np.arange(len(self.prefill)) * self.interval_s
+        ends = np.minimum(starts + self.interval_s, self.horizon_s)
+        w: FloatArray = np.clip(ends - np.maximum(starts, from_s), 0.0, None)
+        return w
+
     @property
     def widths_s(self) -> FloatArray:
-        starts = np.arange(len(self.prefill)) * self.interval_s
-        w: FloatArray = np.clip(self.horizon_s - starts, 0.0, self.interval_s)
-        return w
+        return self.widths_from(0.0)
 
     @property
     def gpu_hours(self) -> float:
@@ -95,10 +100,7 @@ class OracleResult:
     def gpu_hours_from(self, from_s: float) -> float:
         """GPU-hours of the intervals' fleets from ``from_s`` to the horizon."""
         gpus = self.prefill * self.gpus_per_prefill + self.decode * self.gpus_per_decode
-        starts = np.arange(len(self.prefill)) * self.interval_s
-        ends = np.minimum(starts + self.interval_s, self.horizon_s)
-        w = np.clip(ends - np.maximum(starts, from_s), 0.0, None)
-        return float((gpus * w).sum() / 3600.0)
+        return float((gpus * self.widths_from(from_s)).sum() / 3600.0)
 
     @property
     def peak_gpu_need(self) -> float:

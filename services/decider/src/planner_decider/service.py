@@ -97,9 +97,8 @@ class DeciderService(Service[DeciderSettings]):
         last = await self._last_published()
         predictive = await self._load_policy_state()
         async with self._lock:
-            self.book, self.policy_state = IssueBook(), PolicyState()
-            if predictive is not None:
-                self.policy_state = PolicyState(predictive=predictive)
+            self.book = IssueBook()
+            self.policy_state = PolicyState() if predictive is None else PolicyState(predictive=predictive)
             if last is not None:
                 ids.at_least(last.decision_id)
                 self.book = seeded(self.book, last.targets, last.decision_id)
@@ -114,8 +113,8 @@ class DeciderService(Service[DeciderSettings]):
     async def drain(self) -> None:
         async with self._lock:  # a tick that is publishing finishes first
             pass
-        if self.is_active and self.ids is not None:
-            await self._save_policy_state()  # what a restart or the standby starts from
+        if self.ids is not None:  # activated: what a restart or the standby starts from
+            await self._save_policy_state()
 
     async def cleanup(self) -> None:
         if self.settings.report_path and self.is_active:  # a standby's report would be empty

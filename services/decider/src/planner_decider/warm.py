@@ -17,6 +17,7 @@ refused with its reason and the decider starts cold: a bad entry never stops it.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import fields, is_dataclass
 from typing import Any, Literal
 
@@ -46,33 +47,24 @@ def encode_state(predictive: PredictiveState, namespace: str, now_s: float) -> b
     )
 
 
-def _bad_number(obj: Any, path: str) -> str | None:
-    """The path of the first non-finite or negative number in ``obj`` (trends may be negative)."""
+def _bad_number(obj: Any, path: str, signed: bool = False) -> str | None:
+    """The path of the first non-finite number in ``obj``, or negative one where a number cannot be
+    negative: trends and the forecast records (errors, pending forecasts) are signed; levels, counts,
+    lengths and the floor are not."""
     if isinstance(obj, bool) or obj is None or isinstance(obj, str):
         return None
     if isinstance(obj, int | float):
-        if not math.isfinite(obj):
-            return path
-        return None
+        return path if not math.isfinite(obj) or (obj < 0 and not signed) else None
+    items: Iterable[tuple[str, Any, bool]]
     if is_dataclass(obj):
-        for f in fields(obj):
-            v = getattr(obj, f.name)
-            where = f"{path}.{f.name}"
-            if isinstance(v, int | float) and not isinstance(v, bool):
-                if not math.isfinite(v) or (v < 0 and not f.name.endswith("trend")):
-                    return where
-            elif (bad := _bad_number(v, where)) is not None:
-                return bad
-        return None
-    if isinstance(obj, dict):  # the floor: replica counts
-        for k, v in obj.items():
-            if (bad := _bad_number(v, f"{path}.{k}")) is not None or v < 0:
-                return bad or f"{path}.{k}"
-        return None
-    if isinstance(obj, tuple | list):
-        for i, v in enumerate(obj):
-            if (bad := _bad_number(v, f"{path}[{i}]")) is not None:
-                return bad
+        items = ((f".{f.name}", getattr(obj, f.name), f.name.endswith("trend")) for f in fields(obj))
+    elif isinstance(obj, dict):
+        items = ((f".{k}", v, False) for k, v in obj.items())
+    else:
+        items = ((f"[{i}]", v, True) for i, v in enumerate(obj))
+    for suffix, v, may_be_negative in items:
+        if (bad := _bad_number(v, path + suffix, may_be_negative)) is not None:
+            return bad
     return None
 
 
