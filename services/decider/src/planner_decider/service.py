@@ -48,6 +48,10 @@ from planner_proto.subjects import STATE_BUCKET
 from planner_runtime.bus import kv_raw
 from planner_runtime.service import Service
 
+_STATE_LOAD_TIMEOUT_S = 2.0
+"""How long a newly active decider waits for its saved traffic state (a JetStream read can hang
+through a cluster's leader election) before it starts cold."""
+
 _MAX_GPU_GAP_S = 120.0
 """Longer gaps between ticks (a stalled process) are not integrated into GPU-hours."""
 
@@ -91,11 +95,13 @@ class DeciderService(Service[DeciderSettings]):
 
     async def activate(self) -> None:
         """Carry on from what the previous active decider (or this one, before a restart) left:
-        the id from KV, the last targets from the stream; then tick."""
+        the id from KV, the last targets from the stream, the learned traffic state from KV (read
+        alongside, and given up on after ``_STATE_LOAD_TIMEOUT_S``: a cold start is better than a late
+        first tick); then tick."""
         ids = DecisionIds(self.state_kv, self.subjects.state_key("decider", "decision_id"))
-        await ids.load()
-        last = await self._last_published()
-        predictive = await self._load_policy_state()
+        _, last, predictive = await asyncio.gather(
+            ids.load(), self._last_published(), self._load_policy_state()
+        )
         async with self._lock:
             self.book = IssueBook()
             self.policy_state = PolicyState() if predictive is None else PolicyState(predictive=predictive)
@@ -149,10 +155,12 @@ class DeciderService(Service[DeciderSettings]):
     async def _load_policy_state(self) -> PredictiveState | None:
         key = self._policy_state_key()
         try:
-            raw = await kv_raw(self.state_kv, key)
+            raw = await asyncio.wait_for(kv_raw(self.state_kv, key), _STATE_LOAD_TIMEOUT_S)
         except (nats.errors.Error, TimeoutError) as exc:
             self.metrics.state_restores.labels("unreachable").inc()
-            self.log.warning("policy_state_cold", key=key, outcome="unreachable", detail=str(exc))
+            self.log.warning(
+                "policy_state_cold", key=key, outcome="unreachable", detail=str(exc) or type(exc).__name__
+            )
             return None
         state, outcome, detail = restore_state(
             raw, self.settings.namespace, time.time(), self.settings.warm_start_max_age_s
