@@ -1,4 +1,11 @@
-"""The GPU-free profile estimate shared by `planner profile --estimate` and the demo."""
+"""The GPU-free profile estimate shared by `planner profile --estimate` and the demo.
+
+Per-pass times come from the calibrated serving model (:mod:`planner_core.profiling.calibration`:
+efficiencies fitted on measured TTFT/TPOT of vLLM, SGLang and TRT-LLM engines, ``backend`` picks the
+set), or, with ``plain_roofline``, from the uncalibrated roofline
+(:class:`planner_core.engine.RooflineTiming`). The summary adds the steady-state TTFT and TPOT at a
+concurrency (``concurrency``; 0 = the largest that meets the ITL target) from the same timing model.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from planner_core.hardware import GpuSelection, GpuSpec
+from planner_core.modelcfg import ModelConfig
 from planner_core.profile import DecodeProfile, PrefillProfile
 
 # Architecture of a Llama-3.1-8B-class model (public facts), for when no config.json is at hand.
@@ -76,7 +84,7 @@ def write_default_model_config(path: Path) -> Path:
 
 
 def estimate_profile(
-    model_path: Path,
+    model_path: Path | ModelConfig,
     gpu_name: str | GpuSpec,
     out: Path,
     *,
@@ -91,18 +99,27 @@ def estimate_profile(
     itl_ms: float = 50.0,
     isl: float = 1155.0,
     osl: float = 211.0,
+    backend: str = "vllm",
+    plain_roofline: bool = False,
+    concurrency: int = 0,
 ) -> tuple[dict[str, Any], PrefillProfile, DecodeProfile]:
-    """Write ``prefill_raw_data.npz`` and ``decode_raw_data.npz`` to ``out``; return a summary."""
-    from planner_core.engine import RooflineTiming
+    """Write ``prefill_raw_data.npz`` and ``decode_raw_data.npz`` to ``out``; return a summary.
+    ``model_path`` is a config.json, or an already loaded :class:`ModelConfig`."""
+    from dataclasses import replace
+
+    from planner_core.engine import RooflineTiming, TimingModel
     from planner_core.hardware import gpu_spec
     from planner_core.memory.breakdown import predict_memory
     from planner_core.memory.settings import EngineSettings
     from planner_core.modelcfg import ModelConfigError, load_model_config, quant_from_flag
     from planner_core.profile import save_decode, save_prefill
     from planner_core.profiling import EngineShape, estimate_decode, estimate_prefill, recommend
+    from planner_core.profiling.calibration import UnknownBackendError, product_timing
+    from planner_core.profiling.serving import ServingTiming, serve
 
+    name = model_path.name if isinstance(model_path, Path) else Path(model_path.source).name
     try:
-        model = load_model_config(model_path)
+        model = load_model_config(model_path) if isinstance(model_path, Path) else model_path
         gpu = gpu_spec(gpu_name) if isinstance(gpu_name, str) else gpu_name
         if gpu.hbm_gb_s <= 0 or gpu.bf16_tflops <= 0:
             raise EstimateError(
@@ -120,14 +137,24 @@ def estimate_profile(
             max_num_batched_tokens=max_num_batched_tokens,
         )
         mem = predict_memory(model, gpu.memory_gib, settings)
-        timing = RooflineTiming.build(model, gpu, quant=q, kv_dtype=kv_dtype, tp=tp)
+        timing: TimingModel
+        serving: ServingTiming | None = None
+        if plain_roofline:
+            timing = RooflineTiming.build(model, gpu, quant=q, kv_dtype=kv_dtype, tp=tp)
+        else:
+            # the checkpoint's own quantization wins over --quantization (vLLM only names the kernel)
+            serving = product_timing(model, gpu, model.quant or q, kv_dtype, tp, backend)
+            serving = replace(serving, params=replace(serving.params, chunk_tokens=max_num_batched_tokens))
+            timing = serving
     except (ModelConfigError, KeyError, ValueError) as exc:
+        if isinstance(exc, UnknownBackendError):
+            raise EstimateError(f"--backend: {exc}") from None
         if isinstance(exc, KeyError) and exc.args:
             raise EstimateError(str(exc.args[0])) from None
         raise EstimateError(str(exc)) from None
     if mem.kv_cache_tokens < max_model_len:
         raise EstimateError(
-            f"{model_path.name} does not fit on {gpu.name} x{tp}: KV cache {mem.kv_cache_gib:.1f} GiB "
+            f"{name} does not fit on {gpu.name} x{tp}: KV cache {mem.kv_cache_gib:.1f} GiB "
             f"({mem.kv_cache_tokens} tokens) < max_model_len {max_model_len}",
             code=1,
         )
@@ -138,16 +165,17 @@ def estimate_profile(
         context_length_tokens=max_model_len,
         gpus=tp,
     )
-    prefill = estimate_prefill(timing, shape)
+    prefill = estimate_prefill(timing, shape, intake_s=serving.params.ttft_fixed_s if serving else 0.0)
     decode = estimate_decode(timing, shape)
     out.mkdir(parents=True, exist_ok=True)
     save_prefill(prefill, out / "prefill_raw_data.npz")
     save_decode(decode, out / "decode_raw_data.npz")
     rec = recommend(prefill, decode, ttft_ms, itl_ms, isl, isl + osl / 2)
-    summary = {
-        "model": str(model_path),
+    summary: dict[str, Any] = {
+        "model": str(model_path) if isinstance(model_path, Path) else model.source,
         "gpu": gpu.name,
         "tp": tp,
+        "timing": "roofline (uncalibrated)" if serving is None else f"calibrated ({backend})",
         "max_kv_tokens": mem.kv_cache_tokens,
         "num_gpu_blocks": mem.num_gpu_blocks,
         "kv_cache_gib": round(mem.kv_cache_gib, 2),
@@ -158,6 +186,16 @@ def estimate_profile(
         "decode_max_concurrency_at_itl": rec.decode_max_concurrency_at_itl,
         "prefill_req_per_s_per_engine": round(rec.prefill_thpt_per_gpu_at_isl * tp / isl, 2),
         "decode_req_per_s_per_engine": round(rec.decode_best_thpt_per_gpu * tp / osl, 2),
-        "out": str(out),
     }
+    if serving is not None:
+        # steady state of an aggregated engine (prefill and decode together) at that concurrency
+        conc = concurrency or max(1, min(max_num_seqs, int(rec.decode_max_concurrency_at_itl)))
+        est = serve(serving, round(isl), round(osl), conc, mem.kv_cache_tokens, max_num_seqs)
+        summary |= {
+            "serving_concurrency": conc,
+            "serving_ttft_ms": round(est.ttft_ms, 2),
+            "serving_tpot_ms": round(est.tpot_ms, 3),
+            "serving_running": est.running,
+        }
+    summary["out"] = str(out)
     return summary, prefill, decode

@@ -9,8 +9,10 @@ with the best throughput per GPU, writes the profiles, plots and planner setting
 - OpenAI-compatible:     ``--openai-url http://host:port/v1[,URL2,..] --model NAME --max-kv-tokens N``
 
 ``--estimate`` builds one with no engine, from a model's config.json (``--model``) and a GPU spec: the
-memory model sizes the KV cache, the roofline timing model gives per-pass times, and the profile follows
-(see planner_core.profiling). The output folder loads straight into the decider (``--profile-dir``).
+memory model sizes the KV cache, the serving model calibrated on measured engines (``--backend vllm``,
+``sglang`` or ``trtllm``; ``--plain-roofline`` for the uncalibrated roofline) gives per-pass times, and
+the profile follows (see planner_core.profiling); the summary adds the steady-state TTFT and TPOT at
+``--concurrency``. The output folder loads straight into the decider (``--profile-dir``).
 """
 
 from __future__ import annotations
@@ -93,6 +95,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-num-seqs", type=int, default=256, help="engine batch limit (and spawned engines')"
     )
+    est = parser.add_argument_group("estimate")
+    est.add_argument(
+        "--backend",
+        choices=["vllm", "sglang", "trtllm"],
+        default="vllm",
+        help="--estimate: engine whose measured efficiencies calibrate the timing model",
+    )
+    est.add_argument(
+        "--plain-roofline", action="store_true", help="--estimate: the uncalibrated roofline timing model"
+    )
+    est.add_argument(
+        "--concurrency",
+        type=int,
+        default=0,
+        help="--estimate: concurrency of the TTFT/TPOT summary (0 = the largest meeting --itl-ms)",
+    )
     parser.add_argument("--ttft-ms", type=float, default=500.0)
     parser.add_argument("--itl-ms", type=float, default=50.0)
     parser.add_argument("--isl", type=float, default=1155.0, help="typical ISL for the recommendation")
@@ -144,6 +162,9 @@ def run(args: argparse.Namespace) -> int:
             itl_ms=args.itl_ms,
             isl=args.isl,
             osl=args.osl,
+            backend=args.backend,
+            plain_roofline=args.plain_roofline,
+            concurrency=max(0, args.concurrency),
         )
     except EstimateError as exc:
         print(f"planner profile: {exc}", file=sys.stderr)

@@ -38,10 +38,15 @@ class EngineShape:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
-def estimate_prefill(timing: TimingModel, shape: EngineShape, points: int = 17) -> PrefillProfile:
+def estimate_prefill(
+    timing: TimingModel, shape: EngineShape, points: int = 17, intake_s: float = 0.0
+) -> PrefillProfile:
+    """``intake_s``: time of a request outside its forward passes (tokenisation, first-token path)."""
     top = min(shape.context_length_tokens, shape.max_kv_tokens)
     isl = np.unique(np.linspace(100, max(top, 101), points).astype(int))
-    ttft_ms = np.array([lone_ttft_s(timing, int(n), shape.max_num_batched_tokens) * 1000.0 for n in isl])
+    ttft_ms = np.array(
+        [(lone_ttft_s(timing, int(n), shape.max_num_batched_tokens) + intake_s) * 1000.0 for n in isl]
+    )
     thpt = isl / (ttft_ms / 1000.0) / shape.gpus
     return PrefillProfile(isl.astype(float), ttft_ms, thpt, source="estimate")
 

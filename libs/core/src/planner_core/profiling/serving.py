@@ -209,6 +209,50 @@ def kv_capacity_for(
 
 
 @dataclass(frozen=True)
+class ServingTiming:
+    """One engine's forward passes under the serving model, as a
+    :class:`planner_core.engine.timing.TimingModel`: what ``planner profile --estimate`` builds its
+    profile from, and what :func:`serve` runs a steady state on."""
+
+    shape: _Shape
+    gpu: GpuSpec
+    weight_format: str
+    tp: int
+    params: ServingParams
+
+    @classmethod
+    def build(
+        cls, model: ModelConfig, gpu: GpuSpec, tp: int = 1, weight_format: str = "fp8", kv_bytes: float = 2.0,
+        params: ServingParams | None = None,
+    ) -> ServingTiming:  # fmt: skip
+        pt = ServingPoint(1, 1, 1, tp=tp, weight_format=weight_format, kv_bytes=kv_bytes)
+        return cls(_shape(model, pt), gpu, weight_format, tp, params or ServingParams())
+
+    def raw_pass_s(self, new_tokens: float, kv_read_tokens: float, pairs: float) -> float:
+        """:func:`pass_s` of this engine (no per-request host cost)."""
+        return pass_s(self.shape, self.gpu, self.weight_format, self.tp, new_tokens, kv_read_tokens, pairs,
+                      self.params)  # fmt: skip
+
+    def pass_time_s(
+        self, prefill_tokens: int, prefill_kv_tokens: int, num_decode: int, decode_kv_tokens: int
+    ) -> float:
+        """A pass of ``prefill_tokens`` prompt tokens after ``prefill_kv_tokens`` cached ones, plus one
+        token for each of ``num_decode`` requests holding ``decode_kv_tokens``; decode requests also pay
+        the host cost per running request (``seq_overhead_s``)."""
+        if prefill_tokens <= 0 and num_decode <= 0:
+            return 0.0
+        t = float(prefill_tokens)
+        pairs = t * prefill_kv_tokens + 0.5 * t * t + decode_kv_tokens
+        work = self.raw_pass_s(t + num_decode, prefill_kv_tokens + decode_kv_tokens, pairs)
+        return work + self.params.seq_overhead_s * num_decode
+
+    def prefill_s(self, isl: int) -> float:
+        """A lone request's chunked prefill (no intake time)."""
+        pt = ServingPoint(isl, 1, 1, tp=self.tp, weight_format=self.weight_format)
+        return prefill_s(self.shape, self.gpu, pt, self.params)
+
+
+@dataclass(frozen=True)
 class ServingEstimate:
     ttft_ms: float
     tpot_ms: float
@@ -217,21 +261,29 @@ class ServingEstimate:
     decode_pass_ms: float
 
 
-def predict_serving(model: ModelConfig, gpu: GpuSpec, pt: ServingPoint, p: ServingParams) -> ServingEstimate:
-    s = _shape(model, pt)
-    cap = kv_capacity_tokens(s, gpu, p)
-    held = pt.isl + p.kv_output_share * pt.osl
-    running = max(1, min(pt.concurrency, int(cap // max(held, 1.0))))
-    ctx = pt.isl + pt.osl / 2.0
-    dec = pass_s(s, gpu, pt.weight_format, pt.tp, running, running * ctx, running * ctx, p)
-    pf = prefill_s(s, gpu, pt, p)
+def serve(
+    timing: ServingTiming, isl: int, osl: int, concurrency: int, kv_tokens: float, max_seqs: int = 1 << 30
+) -> ServingEstimate:
+    """Steady state of ``concurrency`` requests of ``isl`` prompt and ``osl`` output tokens on one
+    engine whose KV cache holds ``kv_tokens`` and that runs at most ``max_seqs`` requests at once (see
+    the module docstring)."""
+    p = timing.params
+    held = isl + p.kv_output_share * osl
+    running = max(1, min(concurrency, max_seqs, int(kv_tokens // max(held, 1.0))))
+    ctx = isl + osl / 2.0
+    dec = timing.raw_pass_s(running, running * ctx, running * ctx)
+    pf = timing.prefill_s(isl)
     # steady state: the other requests' prompts (isl each, one per osl steps) ride in the decode steps
-    mix = p.w_mix * (running - 1) * pt.isl / max(pt.osl, 1)
-    tpot = pass_s(s, gpu, pt.weight_format, pt.tp, running + mix, running * ctx + mix * pt.isl / 2.0,
-                  running * ctx + mix * pt.isl / 2.0, p)  # fmt: skip
+    mix = p.w_mix * (running - 1) * isl / max(osl, 1)
+    tpot = timing.raw_pass_s(running + mix, running * ctx + mix * isl / 2.0, running * ctx + mix * isl / 2.0)
     tpot += p.seq_overhead_s * running
-    cycle = pf + pt.osl * tpot
+    cycle = pf + osl * tpot
     ttft = p.ttft_fixed_s + pf * (1.0 + p.w_queue * (running - 1))
-    if pt.concurrency > running:
-        ttft += p.w_kv_wait * (pt.concurrency - running) / running * cycle
+    if concurrency > running:
+        ttft += p.w_kv_wait * (concurrency - running) / running * cycle
     return ServingEstimate(ttft * 1e3, tpot * 1e3, running, pf * 1e3, dec * 1e3)
+
+
+def predict_serving(model: ModelConfig, gpu: GpuSpec, pt: ServingPoint, p: ServingParams) -> ServingEstimate:
+    timing = ServingTiming.build(model, gpu, pt.tp, pt.weight_format, pt.kv_bytes, p)
+    return serve(timing, pt.isl, pt.osl, pt.concurrency, kv_capacity_tokens(timing.shape, gpu, p))
