@@ -125,3 +125,7 @@ chaos *args: setup
 # estimated performance profile for a model on a GPU, no engine needed
 profile *args: setup
     uv run planner profile "$@"
+
+# refit the serving model's calibration table (libs/core/.../profiling/calibration_table.py) on ../shared/data (~3 min); review its diff, then `just bench-estimate`
+fit-estimate *args: setup
+    uv run python benchmarks/bench_estimate_silicon.py --write-calibration "$@"

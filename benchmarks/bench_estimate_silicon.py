@@ -1,28 +1,52 @@
 """GPU-free serving estimate vs measured TTFT/TPOT (../shared/data/perf/aiconfigurator_silicon_dev.csv).
 
 Rows the serving model can describe (aggregated engines, TP only, models with a config in
-../shared/data/model_configs) are predicted three ways: with the default parameters (no fit), fitted
-on every row (in-sample), and leave-one-GPU-out (fitted on the other GPU systems, the honest figure
-for a GPU without data). MAPE of TTFT and TPOT per GPU system, backend and TP size.
+../shared/data/model_configs) are predicted four ways: with the default parameters (no fit), fitted
+on every row (in-sample), leave-one-GPU-out (fitted on the other GPU systems, the honest figure
+for a GPU without data), and through the product: `planner profile --estimate` (the same function,
+with the calibration table shipped in planner_core) at the row's model, GPU, TP, precision, backend,
+ISL/OSL and concurrency, its steady-state TTFT/TPOT summary. The product's table was fitted on these
+rows, so its figure is in-sample too: LOGO is the honest one. MAPE of TTFT and TPOT per GPU system,
+backend and TP size. Every fit also takes the points of the H200 Llama-3.1-8B FP8 vLLM profile
+(../shared/data/dynamo; left out when H200 is the GPU left out).
 
     uv run python benchmarks/bench_estimate_silicon.py [--data ../shared/data] [--json]
+    uv run python benchmarks/bench_estimate_silicon.py --product-only   # no fits (~1 min)
+    uv run python benchmarks/bench_estimate_silicon.py --write-calibration   # refit the shipped table
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import math
+import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from planner_cli.estimate import EstimateError, estimate_profile
+from planner_core.engine.timing import decode_points
 from planner_core.hardware import gpu_spec
-from planner_core.modelcfg import ModelConfig, load_model_config
+from planner_core.modelcfg import ModelConfig, QuantConfig, load_model_config
+from planner_core.profile import load_decode, load_prefill
+from planner_core.profiling.calibration import BACKENDS, flat_values, weight_format
 from planner_core.profiling.serving import ServingParams, kv_capacity_for, predict_serving
-from planner_core.profiling.silicon import SiliconRow, ape_pct, fit, mape, predict_row, read_rows, usable
+from planner_core.profiling.silicon import (
+    ProfilePoint,
+    SiliconRow,
+    ape_pct,
+    fit,
+    mape,
+    predict_row,
+    read_rows,
+    usable,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 # checkpoints measured under another name than their architecture's config file
@@ -32,6 +56,9 @@ ALIASES = {
 }
 
 
+TABLE = REPO / "libs" / "core" / "src" / "planner_core" / "profiling" / "calibration_table.py"
+# the quantization a measured precision means when the checkpoint's own is another
+QUANT_OF = {"fp8": QuantConfig("fp8", 8.0), "fp4": QuantConfig("nvfp4", 4.5, 16), "bf16": None}
 LOCAL_CONFIGS = REPO / "benchmarks" / "model_configs"
 """Architecture configs of measured models the shared data has none for (see its README)."""
 
@@ -49,6 +76,60 @@ def model_loader(configs: Path) -> tuple[Callable[[str], bool], Callable[[str], 
     return (lambda name: path(name).is_file()), load
 
 
+def profile_points(dyn: Path) -> list[ProfilePoint]:
+    """The H200 Llama-3.1-8B FP8 TP1 vLLM profile (BF16 KV cache) as lone-TTFT and decode-ITL points."""
+    pre = load_prefill(dyn / "h200_llama31_8b_fp8_tp1_prefill_raw_data.npz")
+    dec = load_decode(dyn / "h200_llama31_8b_fp8_tp1_decode_raw_data.npz")
+    base = ("nvidia/Llama-3.1-8B-Instruct-FP8", "h200_sxm", "vllm", 1, "fp8", 2.0)
+    out = [ProfilePoint(*base, int(i), 0, float(t)) for i, t in zip(pre.isl_tokens, pre.ttft_ms, strict=True)]
+    n, _ = decode_points(dec)
+    for c, ctx, itl in zip(n, dec.context_length_tokens, dec.itl_ms, strict=True):
+        out.append(ProfilePoint(*base, int(ctx), int(c), float(itl)))
+    return out
+
+
+def product_row(row: SiliconRow, model: ModelConfig, out: Path) -> tuple[float, float]:
+    """TTFT/TPOT of the row as `planner profile --estimate` gives them (nan when it cannot estimate)."""
+    fmt = row.point.weight_format
+    if weight_format(model.quant) != fmt:
+        model = replace(model, quant=QUANT_OF.get(fmt))
+    pt = row.point
+    try:
+        summary, _, _ = estimate_profile(
+            model, gpu_spec(row.system), out, tp=pt.tp, kv_dtype="fp8" if pt.kv_bytes == 1.0 else "auto",
+            max_model_len=pt.isl + pt.osl, max_num_seqs=max(pt.concurrency, 256), isl=pt.isl, osl=pt.osl,
+            backend=row.backend, concurrency=pt.concurrency,
+        )  # fmt: skip
+    except EstimateError:
+        return math.nan, math.nan
+    return float(summary["serving_ttft_ms"]), float(summary["serving_tpot_ms"])
+
+
+def write_table(params: dict[str, ServingParams], rows: list[SiliconRow], n_profile: int, path: Path) -> None:
+    counts = Counter(f"{r.system}/{r.backend}" for r in rows)
+    lines = [
+        '"""Serving-model efficiencies per backend, fitted on measured engines. GENERATED: do not edit by',
+        "hand; `just fit-estimate` (benchmarks/bench_estimate_silicon.py --write-calibration) rewrites it.",
+        "",
+        f"Fitted {datetime.date.today().isoformat()} by planner_core.profiling.silicon.fit on {len(rows)} "
+        "aggregated-engine rows of",
+        "AI Configurator's silicon dump (aiconfigurator_silicon_dev.csv, commit 095f58a5; rows per",
+        f"system/backend: {', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})",
+        f"and the {n_profile} points of the H200 Llama-3.1-8B FP8 vLLM profile (Dynamo). A backend's",
+        "own terms are step_overhead_s, ttft_fixed_s, w_kv_wait (and kv_output_share, set); the rest is",
+        "shared. Only these coefficients are kept, no measured data.",
+        '"""',
+        "",
+        "PARAMS: dict[str, dict[str, float]] = {",
+    ]
+    for b in BACKENDS:
+        lines.append(f'    "{b}": {{')
+        lines += [f'        "{k}": {float(f"{v:.4g}")!r},' for k, v in flat_values(params[b]).items()]
+        lines.append("    },")
+    lines.append("}")
+    path.write_text("\n".join(lines) + "\n")
+
+
 def table(
     rows: list[SiliconRow], preds: dict[str, list[tuple[float, float]]], key: Callable[[SiliconRow], str]
 ) -> dict[str, dict[str, float]]:
@@ -59,8 +140,9 @@ def table(
     for g, idx in sorted(groups.items()):
         entry: dict[str, float] = {"rows": len(idx)}
         for name, pr in preds.items():
-            entry[f"{name}_ttft"] = round(mape([ape_pct(pr[i][0], rows[i].ttft_ms) for i in idx]), 1)
-            entry[f"{name}_tpot"] = round(mape([ape_pct(pr[i][1], rows[i].tpot_ms) for i in idx]), 1)
+            ok = [i for i in idx if not math.isnan(pr[i][0])]
+            entry[f"{name}_ttft"] = round(mape([ape_pct(pr[i][0], rows[i].ttft_ms) for i in ok]), 1)
+            entry[f"{name}_tpot"] = round(mape([ape_pct(pr[i][1], rows[i].tpot_ms) for i in ok]), 1)
         out[g] = entry
     return out
 
@@ -69,6 +151,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--product-only", action="store_true", help="only the product path (no fits)")
+    ap.add_argument(
+        "--write-calibration", action="store_true", help=f"fit on every row and rewrite {TABLE.name}"
+    )
     args = ap.parse_args()
     has, load = model_loader(args.data / "model_configs")
     raw = read_rows(args.data / "perf" / "aiconfigurator_silicon_dev.csv")
@@ -84,21 +170,34 @@ def main() -> int:
             left_out["weights exceed the GPUs of the stated TP"] += 1
         else:
             rows.append(u)
+    profile = profile_points(args.data / "dynamo")
     t0 = time.perf_counter()
+    if args.write_calibration:
+        write_table(fit(rows, load, profile=profile), rows, len(profile), TABLE)
+        print(f"wrote {TABLE} ({time.perf_counter() - t0:.0f} s); `just bench-estimate` measures it")
+        return 0
     default = {b: ServingParams() for b in ("vllm", "sglang", "trtllm")}
     preds: dict[str, list[tuple[float, float]]] = {"default": [predict_row(r, load, default) for r in rows]}
-    fitted = fit(rows, load)
-    preds["fit"] = [predict_row(r, load, fitted) for r in rows]
-    logo: list[tuple[float, float]] = [(0.0, 0.0)] * len(rows)
-    for system in sorted({r.system for r in rows}):
-        train = [r for r in rows if r.system != system]
-        if not train:
-            continue
-        params = fit(train, load)
-        for i, row in enumerate(rows):
-            if row.system == system:
-                logo[i] = predict_row(row, load, params)
-    preds["logo"] = logo
+    nan_rows: list[tuple[float, float]] = [(math.nan, math.nan)] * len(rows)
+    fitted = default
+    if args.product_only:
+        preds["fit"] = preds["logo"] = nan_rows
+    else:
+        fitted = fit(rows, load, profile=profile)
+        preds["fit"] = [predict_row(r, load, fitted) for r in rows]
+        logo: list[tuple[float, float]] = list(nan_rows)
+        for system in sorted({r.system for r in rows}):
+            train = [r for r in rows if r.system != system]
+            if not train:
+                continue
+            params = fit(train, load, profile=[p for p in profile if p.system != system])
+            for i, row in enumerate(rows):
+                if row.system == system:
+                    logo[i] = predict_row(row, load, params)
+        preds["logo"] = logo
+    with tempfile.TemporaryDirectory(prefix="bench-product-") as tmp:
+        preds["product"] = [product_row(r, load(r.model_path), Path(tmp)) for r in rows]
+    no_product = sum(math.isnan(p[0]) for p in preds["product"])
     # rows where the (fitted) KV cache cannot hold the whole batch: requests wait for whole requests to
     # finish, and backends differ (TRT-LLM waits, vLLM preempts): the model's weak spot, shown apart
     gpus = {r.system: gpu_spec(r.system) for r in rows}
@@ -111,9 +210,11 @@ def main() -> int:
     result: dict[str, Any] = {
         "rows_used": len(rows),
         "rows_left_out": dict(left_out.most_common()),
+        "rows_product_cannot_estimate": no_product,
         "models": sorted({r.model_path for r in rows}),
         "by_system": table(rows, preds, lambda r: r.system),
         "by_system_backend": table(rows, preds, lambda r: f"{r.system}/{r.backend}"),
+        "by_backend": table(rows, preds, lambda r: r.backend),
         "by_tp": table(rows, preds, lambda r: f"tp{r.point.tp}"),
         "by_system_backend_tp": table(rows, preds, lambda r: f"{r.system}/{r.backend}/tp{r.point.tp}"),
         "all": table(rows, preds, lambda r: "all")["all"],
@@ -130,16 +231,19 @@ def main() -> int:
         return 0
     print(f"rows used {len(rows)}; left out {dict(left_out.most_common())}")
     print(f"models: {', '.join(result['models'])}")
-    hdr = f"{'group':34} {'rows':>4}  {'TTFT default/fit/LOGO %':>24}  {'TPOT default/fit/LOGO %':>24}"
-    for name in ("by_system", "by_tp", "by_kv", "by_system_backend_tp"):
+    print(f"the product (planner profile --estimate) cannot estimate {no_product} rows (weights do not fit)")
+    cols = ("default", "fit", "logo", "product")
+    hdr = f"{'group':34} {'rows':>4}  {'TTFT default/fit/LOGO/product %':>31}  {'TPOT default/fit/LOGO/product %':>31}"
+    for name in ("by_system", "by_backend", "by_tp", "by_kv", "by_system_backend_tp"):
         print(f"\n{name}\n{hdr}")
         for g, e in result[name].items():
-            ttft = f"{e['default_ttft']:.1f}/{e['fit_ttft']:.1f}/{e['logo_ttft']:.1f}"
-            tpot = f"{e['default_tpot']:.1f}/{e['fit_tpot']:.1f}/{e['logo_tpot']:.1f}"
-            print(f"{g:34} {int(e['rows']):>4}  {ttft:>24}  {tpot:>24}")
+            ttft = "/".join(f"{e[c + '_ttft']:.1f}" for c in cols)
+            tpot = "/".join(f"{e[c + '_tpot']:.1f}" for c in cols)
+            print(f"{g:34} {int(e['rows']):>4}  {ttft:>31}  {tpot:>31}")
     a = result["all"]
     print(f"\nall rows: TTFT MAPE default {a['default_ttft']} %, in-sample {a['fit_ttft']} %, "
-          f"leave-one-GPU-out {a['logo_ttft']} %; TPOT {a['default_tpot']} / {a['fit_tpot']} / {a['logo_tpot']} %")  # fmt: skip
+          f"leave-one-GPU-out {a['logo_ttft']} %, product {a['product_ttft']} %; "
+          f"TPOT {a['default_tpot']} / {a['fit_tpot']} / {a['logo_tpot']} / {a['product_tpot']} %")  # fmt: skip
     print(f"fitted (vllm): {result['fitted_vllm']}")
     print(f"step overhead per backend: {result['step_overhead_s']}; TTFT fixed: {result['ttft_fixed_s']}")
     print(f"fits took {result['fit_seconds']} s")

@@ -165,7 +165,7 @@ def estimate_profile(
         context_length_tokens=max_model_len,
         gpus=tp,
     )
-    prefill = estimate_prefill(timing, shape, intake_s=serving.params.ttft_fixed_s if serving else 0.0)
+    prefill = estimate_prefill(timing, shape, intake_s=serving.intake_s if serving else None)
     decode = estimate_decode(timing, shape)
     out.mkdir(parents=True, exist_ok=True)
     save_prefill(prefill, out / "prefill_raw_data.npz")

@@ -1,3 +1,64 @@
-"""Placeholder, replaced by ``just fit-estimate``."""
+"""Serving-model efficiencies per backend, fitted on measured engines. GENERATED: do not edit by
+hand; `just fit-estimate` (benchmarks/bench_estimate_silicon.py --write-calibration) rewrites it.
 
-PARAMS: dict[str, dict[str, float]] = {"vllm": {}, "sglang": {}, "trtllm": {}}
+Fitted 2026-11-25 by planner_core.profiling.silicon.fit on 1247 aggregated-engine rows of
+AI Configurator's silicon dump (aiconfigurator_silicon_dev.csv, commit 095f58a5; rows per
+system/backend: b200_sxm/trtllm 237, b200_sxm/vllm 449, b300_sxm/vllm 92, h200_sxm/sglang 70, h200_sxm/trtllm 133, h200_sxm/vllm 266)
+and the 58 points of the H200 Llama-3.1-8B FP8 vLLM profile (Dynamo). A backend's
+own terms are step_overhead_s, ttft_fixed_s, w_kv_wait (and kv_output_share, set); the rest is
+shared. Only these coefficients are kept, no measured data.
+"""
+
+PARAMS: dict[str, dict[str, float]] = {
+    "vllm": {
+        "e_gemm": 0.9999,
+        "n_half_ridge": 1.168,
+        "e_attn": 0.2127,
+        "e_mem": 0.8785,
+        "step_overhead_s": 0.0008983,
+        "layer_overhead_s": 3.855e-05,
+        "seq_overhead_s": 2.388e-05,
+        "w_mix": 0.2979,
+        "w_queue": 0.0725,
+        "w_ttft_steps": 4.776,
+        "w_kv_wait": 0.8705,
+        "ttft_fixed_s": 0.009627,
+        "kv_output_share": 0.5,
+        "moe_efficiency": 0.9998,
+        "comm_latency_s": 1.461e-05,
+    },
+    "sglang": {
+        "e_gemm": 0.9999,
+        "n_half_ridge": 1.168,
+        "e_attn": 0.2127,
+        "e_mem": 0.8785,
+        "step_overhead_s": 0.00704,
+        "layer_overhead_s": 3.855e-05,
+        "seq_overhead_s": 2.388e-05,
+        "w_mix": 0.2979,
+        "w_queue": 0.0725,
+        "w_ttft_steps": 4.776,
+        "w_kv_wait": 0.015,
+        "ttft_fixed_s": 0.2691,
+        "kv_output_share": 0.5,
+        "moe_efficiency": 0.9998,
+        "comm_latency_s": 1.461e-05,
+    },
+    "trtllm": {
+        "e_gemm": 0.9999,
+        "n_half_ridge": 1.168,
+        "e_attn": 0.2127,
+        "e_mem": 0.8785,
+        "step_overhead_s": 0.000101,
+        "layer_overhead_s": 3.855e-05,
+        "seq_overhead_s": 2.388e-05,
+        "w_mix": 0.2979,
+        "w_queue": 0.0725,
+        "w_ttft_steps": 4.776,
+        "w_kv_wait": 0.6742,
+        "ttft_fixed_s": 0.021,
+        "kv_output_share": 1.0,
+        "moe_efficiency": 0.9998,
+        "comm_latency_s": 1.461e-05,
+    },
+}

@@ -10,6 +10,7 @@ engine, so the decider's interpolator consumes the result unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,13 +40,14 @@ class EngineShape:
 
 
 def estimate_prefill(
-    timing: TimingModel, shape: EngineShape, points: int = 17, intake_s: float = 0.0
+    timing: TimingModel, shape: EngineShape, points: int = 17, intake_s: Callable[[int], float] | None = None
 ) -> PrefillProfile:
-    """``intake_s``: time of a request outside its forward passes (tokenisation, first-token path)."""
+    """``intake_s(isl)``: time of a request outside its prefill passes (intake, first-token path)."""
     top = min(shape.context_length_tokens, shape.max_kv_tokens)
     isl = np.unique(np.linspace(100, max(top, 101), points).astype(int))
+    extra = intake_s or (lambda _: 0.0)
     ttft_ms = np.array(
-        [(lone_ttft_s(timing, int(n), shape.max_num_batched_tokens) + intake_s) * 1000.0 for n in isl]
+        [(lone_ttft_s(timing, int(n), shape.max_num_batched_tokens) + extra(int(n))) * 1000.0 for n in isl]
     )
     thpt = isl / (ttft_ms / 1000.0) / shape.gpus
     return PrefillProfile(isl.astype(float), ttft_ms, thpt, source="estimate")

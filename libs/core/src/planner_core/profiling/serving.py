@@ -23,7 +23,8 @@ prefill shares the steps), plus a host cost per running request and step (schedu
 detokenisation: measured TPOT at TP8 grows ~0.06-0.12 ms per request where memory and compute
 cannot explain it). TTFT is the request's own chunked prefill, longer by ``w_queue`` of a prefill
 per other running request (measured TTFT grows linearly in concurrency, in proportion to the
-prefill time, independently of the output length), plus a fixed intake time, plus, when the KV
+prefill time, independently of the output length), plus ``w_ttft_steps`` decode steps of the running
+batch (the step in flight on arrival, the one carrying the prefill), plus a fixed intake time, plus, when the KV
 cache is short, the wait for a free slot (a share of a request's whole cycle per request that does
 not fit). Every efficiency and weight is in :class:`ServingParams`, fitted on measured rows
 (:func:`planner_core.profiling.silicon.fit`).
@@ -58,6 +59,10 @@ class ServingParams:
     seq_overhead_s: float = 5e-5
     w_mix: float = 1.0
     w_queue: float = 0.06  # TTFT grows by this share of a prefill per other running request
+    # TTFT also waits this many decode steps of the running batch: the step in flight when the request
+    # arrives, the step that carries its prefill, the first token's path out (measured TTFT minus the
+    # prefill is ~9-13 TPOTs at every concurrency on vLLM rows, where it is 3-44 prefills)
+    w_ttft_steps: float = 0.0
     w_kv_wait: float = 0.5
     ttft_fixed_s: float = 0.03  # request intake, tokenisation, first-token path (backend dependent)
     chunk_tokens: int = 8192
@@ -251,6 +256,14 @@ class ServingTiming:
         pt = ServingPoint(isl, 1, 1, tp=self.tp, weight_format=self.weight_format)
         return prefill_s(self.shape, self.gpu, pt, self.params)
 
+    def intake_s(self, isl: int) -> float:
+        """What a lone request's TTFT adds to its prefill passes: the fixed intake and
+        ``w_ttft_steps`` decode steps of a batch of one (:func:`serve` at concurrency 1)."""
+        return self.params.ttft_fixed_s + self.params.w_ttft_steps * self.pass_time_s(0, 0, 1, isl)
+
+    def lone_ttft_s(self, isl: int) -> float:
+        return self.prefill_s(isl) + self.intake_s(isl)
+
 
 @dataclass(frozen=True)
 class ServingEstimate:
@@ -278,7 +291,7 @@ def serve(
     tpot = timing.raw_pass_s(running + mix, running * ctx + mix * isl / 2.0, running * ctx + mix * isl / 2.0)
     tpot += p.seq_overhead_s * running
     cycle = pf + osl * tpot
-    ttft = p.ttft_fixed_s + pf * (1.0 + p.w_queue * (running - 1))
+    ttft = p.ttft_fixed_s + pf * (1.0 + p.w_queue * (running - 1)) + p.w_ttft_steps * tpot
     if concurrency > running:
         ttft += p.w_kv_wait * (concurrency - running) / running * cycle
     return ServingEstimate(ttft * 1e3, tpot * 1e3, running, pf * 1e3, dec * 1e3)

@@ -25,7 +25,13 @@ from scipy.optimize import least_squares
 from planner_core.gpu_table import GpuSpec
 from planner_core.hardware import UnknownGpuError, gpu_spec
 from planner_core.modelcfg import ModelConfig
-from planner_core.profiling.serving import FORMAT_BITS, ServingParams, ServingPoint, predict_serving
+from planner_core.profiling.serving import (
+    FORMAT_BITS,
+    ServingParams,
+    ServingPoint,
+    ServingTiming,
+    predict_serving,
+)
 from planner_core.profiling.tp_comms import CommParams
 
 BACKENDS = ("vllm", "sglang", "trtllm")
@@ -86,6 +92,34 @@ def usable(raw: dict[str, str], has_config: Callable[[str], bool]) -> SiliconRow
     return SiliconRow(raw["id"], raw["model_path"], raw["system"], raw["backend"], point, ttft, tpot)
 
 
+@dataclass(frozen=True)
+class ProfilePoint:
+    """A point of a measured single-engine profile (the decider's format): the TTFT of a lone request
+    of ``tokens`` prompt tokens (``concurrency`` 0), or the ITL of a decode-only step of
+    ``concurrency`` requests at context ``tokens``."""
+
+    model_path: str
+    system: str
+    backend: str
+    tp: int
+    weight_format: str
+    kv_bytes: float
+    tokens: int
+    concurrency: int
+    measured_ms: float
+
+
+def predict_profile_point(
+    pt: ProfilePoint, models: Callable[[str], ModelConfig], params: dict[str, ServingParams]
+) -> float:
+    timing = ServingTiming.build(
+        models(pt.model_path), gpu_spec(pt.system), pt.tp, pt.weight_format, pt.kv_bytes, params[pt.backend]
+    )
+    if pt.concurrency == 0:
+        return timing.lone_ttft_s(pt.tokens) * 1e3
+    return timing.pass_time_s(0, 0, pt.concurrency, pt.concurrency * pt.tokens) * 1e3
+
+
 # -- parameter vector <-> ServingParams ---------------------------------------------------------------
 # shared by every backend and GPU: (name, lower bound, upper bound)
 _SHARED: tuple[tuple[str, float, float], ...] = (
@@ -96,6 +130,7 @@ _SHARED: tuple[tuple[str, float, float], ...] = (
     ("layer_overhead_s", 0.0, 2e-4),
     ("w_mix", 0.0, 3.0),
     ("w_queue", 0.0, 1.0),
+    ("w_ttft_steps", 0.0, 30.0),
     ("comm_latency_s", 1e-6, 1e-4),
     ("moe_efficiency", 0.1, 1.0),
     ("seq_overhead_s", 0.0, 5e-4),
@@ -119,6 +154,7 @@ def _to_params(x: np.ndarray) -> dict[str, ServingParams]:
     base = ServingParams(
         e_gemm=v["e_gemm"], n_half_ridge=v["n_half_ridge"], e_attn=v["e_attn"], e_mem=v["e_mem"],
         layer_overhead_s=v["layer_overhead_s"], w_mix=v["w_mix"], w_queue=v["w_queue"],
+        w_ttft_steps=v["w_ttft_steps"],
         comm=CommParams(latency_s=v["comm_latency_s"]), moe_efficiency=v["moe_efficiency"],
         seq_overhead_s=v["seq_overhead_s"],
     )  # fmt: skip
@@ -150,11 +186,16 @@ def predict_row(
 
 
 def fit(
-    rows: Sequence[SiliconRow], models: Callable[[str], ModelConfig], start: ServingParams = ServingParams()
-) -> dict[str, ServingParams]:
+    rows: Sequence[SiliconRow], models: Callable[[str], ModelConfig], start: ServingParams = ServingParams(),
+    profile: Sequence[ProfilePoint] = (), profile_weight: float = 5.0,
+) -> dict[str, ServingParams]:  # fmt: skip
     """Robust least squares (soft L1 with a scale of 0.2 in log units, ~20 %: the few rows that wait
     minutes for KV space, and rows whose harness the model does not describe, do not dominate) on
-    log(predicted / measured) of TTFT and TPOT, every row weighted alike."""
+    log(predicted / measured) of TTFT and TPOT, every row weighted alike, and of each ``profile``
+    point (lone prefills pin down what serving rows at concurrency mix with queueing: attention at
+    long prompts, the intake of a request alone), weighted ``profile_weight`` times: 58 points of one
+    profile next to ~2,500 row residuals would otherwise leave the lone-request terms to the rows'
+    queueing, and the profile is what ``planner profile --estimate`` produces)."""
     rows = list(rows)
 
     def resid(x: np.ndarray) -> np.ndarray:
@@ -164,6 +205,8 @@ def fit(
             ttft, tpot = predict_row(r, models, params)
             out.append(math.log(ttft / r.ttft_ms))
             out.append(math.log(tpot / r.tpot_ms))
+        for pt in profile:
+            out.append(profile_weight * math.log(predict_profile_point(pt, models, params) / pt.measured_ms))
         return np.array(out)
 
     present = [i for i, b in enumerate(BACKENDS) if any(r.backend == b for r in rows)]
