@@ -1,7 +1,8 @@
 """`planner profile --estimate` against a real profile: MAPE of TTFT and ITL over every point of the
 H200 Llama-3.1-8B FP8 TP1 vLLM profile (../shared/data/dynamo/h200_llama31_8b_fp8_tp1_*).
 
-The estimate is built exactly as the CLI builds it (roofline timing + memory model, Llama-3.1-8B
+The estimate is built exactly as the CLI builds it (calibrated serving timing + memory model, and
+with --plain-roofline the uncalibrated roofline; Llama-3.1-8B
 config, H200, FP8 weights, context 16384 and max_num_seqs 1024 like the reference run), written to a
 temporary folder, read back with the decider's loaders and queried through its interpolators:
 TTFT at each real ISL; ITL at each real decode point's concurrency and context (concurrency =
@@ -27,7 +28,7 @@ from planner_core.engine.timing import fit_calibrated, mape_pct, profile_mape
 from planner_core.hardware import gpu_spec
 from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
 from planner_core.modelcfg import load_model_config, quant_from_flag
-from planner_core.profile import load_decode, load_prefill
+from planner_core.profile import DecodeProfile, PrefillProfile, load_decode, load_prefill
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -48,19 +49,32 @@ def main() -> None:
         )
         est_p = load_prefill(Path(tmp) / "prefill_raw_data.npz")
         est_d = load_decode(Path(tmp) / "decode_raw_data.npz")
-    pi = PrefillInterpolator(est_p)
-    di = DecodeInterpolator(est_d)
-    ttft = np.array([pi.ttft_ms(x) for x in real_p.isl_tokens])
+        estimate_profile(
+            cfg, "H200", Path(tmp) / "plain", quant="fp8", max_model_len=16384, max_num_seqs=1024,
+            plain_roofline=True,
+        )  # fmt: skip
+        plain_p = load_prefill(Path(tmp) / "plain" / "prefill_raw_data.npz")
+        plain_d = load_decode(Path(tmp) / "plain" / "decode_raw_data.npz")
     conc = real_d.kv_usage * real_d.max_kv_tokens / real_d.context_length_tokens
-    itl = np.array(
-        [di.itl_at_concurrency_ms(c, x) for c, x in zip(conc, real_d.context_length_tokens, strict=True)]
-    )
+
+    def through_decider(p: PrefillProfile, d: DecodeProfile) -> tuple[np.ndarray, np.ndarray]:
+        pi, di = PrefillInterpolator(p), DecodeInterpolator(d)
+        ttft = np.array([pi.ttft_ms(x) for x in real_p.isl_tokens])
+        ctx = real_d.context_length_tokens
+        return ttft, np.array([di.itl_at_concurrency_ms(c, x) for c, x in zip(conc, ctx, strict=True)])
+
+    ttft, itl = through_decider(est_p, est_d)
+    plain_ttft, plain_itl = through_decider(plain_p, plain_d)
     roof = RooflineTiming.build(load_model_config(cfg), gpu_spec("H200"), quant=quant_from_flag("fp8"))
     calibrated = fit_calibrated(real_p, real_d)
     rows = {
         "estimate_profile": {
             "ttft_mape_pct": mape_pct(ttft, real_p.ttft_ms),
             "itl_mape_pct": mape_pct(itl, real_d.itl_ms),
+        },
+        "estimate_plain_roofline": {
+            "ttft_mape_pct": mape_pct(plain_ttft, real_p.ttft_ms),
+            "itl_mape_pct": mape_pct(plain_itl, real_d.itl_ms),
         },
     }
     for name, model in (("roofline_direct", roof), ("calibrated_direct", calibrated)):
@@ -86,11 +100,12 @@ def main() -> None:
         return
     print(f"{out['profile']}: {out['prefill_points']} prefill points, {out['decode_points']} decode points")
     print(f"max_kv_tokens: real {real_d.max_kv_tokens}, estimated {summary['max_kv_tokens']}")
-    print(f"{'model':<20} {'TTFT MAPE':>10} {'ITL MAPE':>10}")
+    print(f"{'model':<24} {'TTFT MAPE':>10} {'ITL MAPE':>10}")
     for name, r in rows.items():
-        print(f"{name:<20} {r['ttft_mape_pct']:>9.1f}% {r['itl_mape_pct']:>9.1f}%")
+        print(f"{name:<24} {r['ttft_mape_pct']:>9.1f}% {r['itl_mape_pct']:>9.1f}%")
     print(
-        "estimate_profile = the --estimate NPZ through the decider's interpolators; *_direct = timing model"
+        "estimate_profile = the --estimate NPZ (calibrated, vLLM) through the decider's interpolators; "
+        "estimate_plain_roofline = the same with --plain-roofline; *_direct = timing model"
     )
 
 
