@@ -4,7 +4,8 @@ A row is one aggregated engine at a fixed concurrency: model, GPU system, backen
 TP, ISL/OSL and the measured mean TTFT and TPOT. Rows that the model cannot describe are left out by
 :func:`usable` with a reason (disaggregated, attention-DP or expert-parallel layouts, pipeline
 parallel, models without a config). The fit minimises a robust (soft-L1) loss of the log errors of
-TTFT and TPOT over the rows: one set of efficiencies shared by every backend and GPU, a step
+TTFT and TPOT over the rows (and over the points of measured single-engine profiles, when given:
+:class:`ProfilePoint`): one set of efficiencies shared by every backend and GPU, a step
 overhead, an intake time and a KV-wait weight per backend. A term no training row exercises (a
 backend without rows, MoE experts without MoE rows) keeps a value it could not have learnt from
 the rows: the other backends' median, the start value.
