@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 
 from planner_core.policy.horizon import (
+    COLD_GROWTH_DAMPING,
     PRIOR_ERRORS,
     HorizonConfig,
     SeriesState,
     demand_scenarios,
+    fast_forecast,
     fewest_replicas,
     forecast,
     pooled_capacity,
@@ -78,6 +80,29 @@ def test_a_fleet_starting_on_a_ramp_sizes_for_the_ramp_continuing() -> None:
     assert max(demand_scenarios(s, 5, cfg)) >= 38.0 + change
     flat = feed([38.0] * 4, lead=5, cfg=cfg)
     assert max(demand_scenarios(flat, 5, cfg)) < 38.0 * 2
+
+
+def test_a_fleet_starting_on_an_accelerating_ramp_sizes_for_its_growth_compounding() -> None:
+    # traffic growing by half per sample from a quiet start (the rise from a trough): a straight
+    # line through the latest change under-sizes it; the stand-in holds the growth compounded over
+    # the lead (damped as the trend is)
+    cfg = HorizonConfig(symmetric=False)
+    values = [100.0, 150.0, 225.0, 338.0]
+    s = feed(values, lead=5, cfg=cfg)
+    growth = (338.0 / 100.0) ** (1 / 3)
+    compounded = 338.0 * growth ** sum(COLD_GROWTH_DAMPING**i for i in range(1, 6))
+    top = max(demand_scenarios(s, 5, cfg))
+    assert top == pytest.approx(compounded, rel=1e-6)
+    assert top > 338.0 + (338.0 - 100.0) * 5 / 3  # beyond the straight line
+
+
+def test_a_burst_out_of_silence_is_not_compounded() -> None:
+    # from near zero the growth factor means nothing (any burst is "infinite" growth): the straight
+    # line through the change stands in, as before
+    cfg = HorizonConfig(symmetric=False)
+    s = feed([4.0, 5.0, 4.0, 400.0], lead=5, cfg=cfg)
+    top = max(demand_scenarios(s, 5, cfg))
+    assert top == pytest.approx(fast_forecast(s, 5, cfg) + (400.0 - 4.0) * 5 / 3, rel=1e-6)
 
 
 @pytest.mark.parametrize("symmetric", [True, False])

@@ -13,8 +13,10 @@ from planner_sim.bench import _profile
 
 
 def run(
-    shared: Path, target: float, samples: int = 40, desired: int = 2
+    shared: Path, target: float, samples: int = 40, desired: int = 2, start: int | None = None
 ) -> tuple[dict[str, int], dict[str, float]]:
+    """``samples`` decisions on the wobbling traffic, the fleet at ``desired`` replicas per component
+    (at ``start`` for the first decision, when given)."""
     capacity = _profile(str(shared / "dynamo"))[2]
     cfg = replace(PolicyConfig(), policy=PolicyKind.COMBINED, target_attainment=target, max_gpu_budget=-1)
     st = PolicyState()
@@ -32,7 +34,10 @@ def run(
             mean_osl_tokens=200.0,
         )
         now = 30.0 * (i + 1)
-        inputs = DecisionInputs(replicas=reps, traffic=sample, capacity=capacity)
+        now_reps = reps
+        if i == 0 and start is not None:
+            now_reps = {c: ComponentReplicas(desired=start, ready=start) for c in reps}
+        inputs = DecisionInputs(replicas=now_reps, traffic=sample, capacity=capacity)
         result, st = decide(inputs, st, cfg, now)
     assert result is not None
     return dict(st.predictive.floor), result.diagnostics
@@ -64,3 +69,15 @@ def test_no_step_down_before_the_forecast_errors_are_measured(shared_data: Path)
     late, diag = run(shared_data, 0.99, samples=40, desired=20)
     assert late["prefill"] < 20 and late["decode"] < 20
     assert "prefill.predictive.warming_hold" not in diag
+
+
+def test_a_scale_up_made_before_the_errors_are_measured_is_not_held(shared_data: Path) -> None:
+    """The hold keeps the fleet the floor started with, not what a cold guess added since: a fleet
+    started at 2 and since grown to 20 goes back to what the traffic needs while still warming up,
+    and a fleet started at 15 is kept at 15."""
+    need, _ = run(shared_data, 0.99, samples=20)
+    grown, _ = run(shared_data, 0.99, samples=20, desired=20, start=2)
+    assert grown == need and max(need.values()) < 15
+    kept, diag = run(shared_data, 0.99, samples=20, desired=20, start=15)
+    assert kept == {"prefill": 15, "decode": 15}
+    assert diag["prefill.predictive.warming_hold"] == 1.0

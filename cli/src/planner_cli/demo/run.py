@@ -367,8 +367,9 @@ def _prepare_fleet(cfg: DemoConfig, console: Console) -> dict[str, Any]:
     model = REPO.parent / "shared" / "data" / "model_configs" / "meta-llama--Llama-3.1-8B.json"
     if not model.exists():
         model = write_default_model_config(cfg.out_dir / "model-config.json")
+    # the demo's simulated engines run the plain roofline: the decider's profile must describe them
     summary, _, _ = estimate_profile(
-        model, cfg.gpu, cfg.out_dir / "profile", ttft_ms=cfg.ttft_ms, itl_ms=cfg.itl_ms
+        model, cfg.gpu, cfg.out_dir / "profile", ttft_ms=cfg.ttft_ms, itl_ms=cfg.itl_ms, plain_roofline=True
     )
     console.print(
         f"[bold]fleet[/]: Llama-3.1-8B-class engines on {cfg.gpu} (roofline timing), "

@@ -306,23 +306,44 @@ def demand_scenarios(s: SeriesState, steps: int, cfg: HorizonConfig) -> tuple[fl
     else:
         fc, errors = _trend(s, steps, cfg)
         if len(errors) < cfg.min_errors:
-            errors = (*PRIOR_ERRORS, *_recent_change(s, steps), *errors)
+            errors = (*PRIOR_ERRORS, *_recent_change(s, steps, fc), *errors)
         if cfg.symmetric:
             errors = (*errors, *(-e for e in errors))
     unit = max(s.slow, 0.0)
     return tuple(max(fc + e * unit, 0.0) for e in errors)
 
 
-def _recent_change(s: SeriesState, steps: int) -> tuple[float, ...]:
-    """Stand-in errors (in slow levels) from the series' own latest change, scaled to ``steps``: what
-    a forecast that missed this change would be off by at the lead. A fleet starting on a ramp has no
-    measured errors yet, and the fixed prior is a share of a level that the ramp has already left."""
+COLD_GROWTH_CAP = 8.0
+"""The most a stand-in growth scenario multiplies the latest sample by over the lead."""
+COLD_GROWTH_DAMPING = 0.95
+"""Per step ahead, the share of the measured growth rate carried on (as the trend's damping)."""
+COLD_GROWTH_BASE = 0.25
+"""Growth is compounded only from a sample at least this share of the slow level: out of silence
+any burst is an "infinite" growth and says nothing about the next samples."""
+
+
+def _recent_change(s: SeriesState, steps: int, fc: float) -> tuple[float, ...]:
+    """Stand-in errors (in slow levels, around the forecast ``fc``) from the series' own latest
+    change, for a fleet with no measured errors yet (the fixed prior is a share of a level that a
+    ramp has already left):
+
+    - the change over the latest ``k <= steps`` samples carried on in a straight line over the lead:
+      what a forecast that missed this change would be off by;
+    - while the series grows from a level that is not silence, that growth compounded over the lead
+      (damped): traffic rising out of a trough grows by a share per sample, and a straight line
+      through its first samples meets a fraction of what it reaches a startup later.
+    """
     h, unit = s.history, s.slow
     k = min(steps, len(h) - 1)
     if k < 1 or unit <= 1e-9:
         return ()
-    change = (h[-1] - h[-1 - k]) * steps / k / unit
-    return (change,)
+    out = [(h[-1] - h[-1 - k]) * steps / k / unit]
+    if h[-1] > h[-1 - k] >= COLD_GROWTH_BASE * unit:
+        per_sample = (h[-1] / h[-1 - k]) ** (1.0 / k)
+        exponent = sum(COLD_GROWTH_DAMPING**i for i in range(1, steps + 1))
+        grown = h[-1] * min(per_sample**exponent, COLD_GROWTH_CAP)
+        out.append((grown - fc) / unit)
+    return tuple(out)
 
 
 def predicted_attainment(capacity: float, demands: Sequence[float]) -> float:
@@ -381,3 +402,5 @@ class PredictiveState:
     osl_tokens: float | None = None
     floor: dict[str, int] = field(default_factory=dict)
     """The latest predictive floor per component."""
+    start: dict[str, int] = field(default_factory=dict)
+    """The fleet (desired replicas per component) when the floor first sized it."""

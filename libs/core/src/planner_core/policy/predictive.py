@@ -142,12 +142,14 @@ def predictive_floor(
         r = out.get(c)
         if r is None or r.target is None or len(series.errors) >= hcfg.min_errors:
             continue
-        # ours: no step down on a floor whose forecast errors are not measured yet (the prior spread
-        # stands in): the first minutes of a fleet say little about its traffic's bursts
-        held = inputs.replicas[c].desired
+        # ours: no step down below the starting fleet while the forecast errors are not measured
+        # (the prior spread stands in): the first minutes of a fleet say little about its bursts
+        held = min(inputs.replicas[c].desired, st.start.get(c, inputs.replicas[c].desired))
         if held > r.target:
             out[c] = replace(r, target=held, diagnostics={**r.diagnostics, "warming_hold": 1.0})
     floor = {c: r.target for c, r in out.items() if r.target is not None}
+    if not st.start:
+        st = replace(st, start={c: r.desired for c, r in inputs.replicas.items()})
     diag["predictive.lead_samples"] = float(lead)
     diag["predictive.season_samples"] = float(st.prefill.period)
     diag["predictive.seasonal"] = float(uses_season(st.prefill, lead, hcfg))
