@@ -77,8 +77,7 @@ class PolicyConfig:
     decode_pooled_headroom: bool = True
     """Ours (predictive floor): ``decode_max_utilisation`` is the cap of one decode engine; a fleet of
     k keeps (1 - cap) x sqrt(k) engines spare in all instead of (1 - cap) x k (square-root staffing:
-    the router spreads the running batch, the fluctuation to absorb grows with its square root), once
-    the decode demand's forecast errors are measured (``min_errors``; before, the linear margin)."""
+    the router spreads the running batch, the fluctuation to absorb grows with its square root)."""
     predictive: bool = True
     """Ours (combined): the floor is the predictive one (demand of the startup horizon at the target
     attainment, re-sized on every traffic sample) instead of the throughput mode's (False: seed 002)."""

@@ -16,8 +16,7 @@ still reacts above it to what the engines report.
   context; one engine runs at most at ``decode_max_utilisation`` of it, a fleet of ``k`` keeps
   ``(1 - decode_max_utilisation) x sqrt(k)`` engines spare in all (``decode_pooled_headroom``;
   square-root staffing: the router spreads the running batch, so the fluctuation the spare absorbs
-  grows with the square root of the load), once the series' forecast errors are measured (before,
-  every engine keeps the single engine's margin).
+  grows with the square root of the load).
 """
 
 from __future__ import annotations
@@ -126,7 +125,7 @@ def predictive_floor(
     if DECODE in comps and inputs.capacity is not None:
         itl_target = cfg.itl_target_ms / decode_correction if decode_correction > 0 else cfg.itl_target_ms
         thpt = inputs.capacity.decode.best_thpt_per_gpu(itl_target, isl + osl / 2)
-        if cfg.decode_pooled_headroom and len(st.decode.errors) >= hcfg.min_errors:
+        if cfg.decode_pooled_headroom:
             per, pooled = thpt * cfg.gpus_per_decode, 1.0 - cfg.decode_max_utilisation
         else:
             per, pooled = thpt * cfg.gpus_per_decode * cfg.decode_max_utilisation, 0.0
