@@ -83,7 +83,7 @@ def test_weight_format(quant: QuantConfig | None, fmt: str) -> None:
 def test_lone_ttft_is_the_steady_state_of_one_request(shared_data: Path) -> None:
     m = load_model_config(shared_data / LLAMA70B)
     t = ServingTiming.build(m, gpu_spec("h200"), tp=4, weight_format="fp8", params=calibrated_params("vllm"))
-    # serve() at concurrency 1 with no output: TTFT = fixed + prefill + w_ttft_steps x one decode step
+    # serve() at concurrency 1 with no output: TTFT = fixed + prefill (no running batch to wait for)
     est = serve(t, 2048, 0, 1, 1e9)
     assert est.ttft_ms == pytest.approx(t.lone_ttft_s(2048) * 1e3)
     # a decode pass of the profile = the serving model's decode step plus the host cost per request

@@ -106,6 +106,37 @@ def test_rooflines_add_up() -> None:
     assert gemm + kv > max(gemm, kv + 1e9 / bw) * 1.01
 
 
+def test_attention_efficiency_grows_with_the_keys_per_query() -> None:
+    """At attn_half_keys keys per query, attention runs at half of e_attn; long rows tend to e_attn."""
+    s = _dense(lin_flops_token=0.0, dense_bytes=0.0, kv_token_bytes=0.0)
+    p = replace(BARE, e_attn=0.5, attn_half_keys=2048.0)
+    peak = H200.bf16_tflops * 1e12
+    # a causal 4096-token chunk: 2048 keys per query on average, so 0.25 of the peak
+    n = 4096
+    assert pass_s(s, H200, "fp8", 1, n, 0.0, 0.5 * n * n, p) == pytest.approx(
+        0.5 * n * n * 1e6 / (peak * 0.25)
+    )
+    # the same chunk after 1M cached tokens: ~1M keys per query, nearly e_attn
+    pairs = n * 1e6 + 0.5 * n * n
+    t = pass_s(s, H200, "fp8", 1, n, 1e6, pairs, p)
+    assert t == pytest.approx(pairs * 1e6 / (peak * 0.5), rel=0.01)
+    # 0 keeps one efficiency at every length
+    flat = replace(p, attn_half_keys=0.0)
+    assert pass_s(s, H200, "fp8", 1, n, 0.0, 0.5 * n * n, flat) == pytest.approx(
+        0.5 * n * n * 1e6 / (peak * 0.5)
+    )
+
+
+def test_a_lone_request_waits_no_decode_steps(shared_data: Path) -> None:
+    """w_ttft_steps are steps of the others' running batch: a request alone has none to wait for."""
+    m = load_model_config(shared_data / "model_configs" / "meta-llama--Llama-3.1-8B.json")
+    p = replace(ServingParams(), w_ttft_steps=5.0, w_queue=0.0)
+    one = predict_serving(m, H200, ServingPoint(2048, 128, 1), p)
+    assert one.ttft_ms == pytest.approx(p.ttft_fixed_s * 1e3 + one.prefill_ms)
+    two = predict_serving(m, H200, ServingPoint(2048, 128, 2), p)
+    assert two.ttft_ms == pytest.approx(p.ttft_fixed_s * 1e3 + two.prefill_ms + 5.0 * two.tpot_ms)
+
+
 def test_routed_experts_run_at_their_own_rows() -> None:
     """1024 tokens over 128 experts x top-8: ~64 rows per expert GEMM, far below the pass's 1024, so
     the experts' FLOPs cost more than the same FLOPs in a dense layer."""

@@ -12,7 +12,8 @@ One engine of ``tp`` GPUs. A pass of ``n`` new tokens over context costs, kernel
   for routed experts the tokens each touched expert receives, ``n k / E_touched`` (1024 tokens over
   128 experts x top-8 give each expert GEMM ~64 rows). The weights are those the pass touches (for
   MoE, ``E_touched = E (1 - (1 - k/E)^n)`` experts per layer) at the HBM bandwidth times ``e_mem``;
-- attention: ``max(causal attention FLOPs at the BF16 peak x e_attn, KV read / bandwidth)``;
+- attention: ``max(causal attention FLOPs at the BF16 peak x e_attn x L / (L + attn_half_keys), KV read /
+  bandwidth)``, L the keys per query of the pass (short rows do not fill FlashAttention's tiles);
 - all-reduces from :mod:`planner_core.profiling.tp_comms`.
 
 Serving at concurrency ``B`` with prompts of ``isl`` and ``osl`` outputs, in steady state: the
@@ -24,7 +25,9 @@ detokenisation: measured TPOT at TP8 grows ~0.06-0.12 ms per request where memor
 cannot explain it). TTFT is the request's own chunked prefill, longer by ``w_queue`` of a prefill
 per other running request (measured TTFT grows linearly in concurrency, in proportion to the
 prefill time, independently of the output length), plus ``w_ttft_steps`` decode steps of the running
-batch (the step in flight on arrival, the one carrying the prefill), plus a fixed intake time, plus, when the KV
+batch when other requests run (the step in flight on arrival, the one carrying the prefill; a request
+alone has no batch to wait for: its TTFT is its prefill passes and the intake, which is what a lone-request
+profile measures), plus a fixed intake time, plus, when the KV
 cache is short, the wait for a free slot (a share of a request's whole cycle per request that does
 not fit). Every efficiency and weight is in :class:`ServingParams`, fitted on measured rows
 (:func:`planner_core.profiling.silicon.fit`).
@@ -52,6 +55,10 @@ class ServingParams:
     # weight byte, so how full it runs depends on m against the FLOPs:bandwidth ratio, not on m alone
     n_half_ridge: float = 1.25
     e_attn: float = 0.4
+    # attention's efficiency grows with the keys each query attends to (FlashAttention's tiles fill and
+    # its fixed costs amortise over long rows): ``e_attn x L / (L + attn_half_keys)``, L = query-key
+    # pairs per new token of the pass; 0 = the same efficiency at every length
+    attn_half_keys: float = 0.0
     e_mem: float = 0.8
     step_overhead_s: float = 0.004  # per pass: scheduling, sampling, launches (backend dependent)
     layer_overhead_s: float = 2e-5  # per layer and pass: kernels too small to hide
@@ -183,8 +190,12 @@ def pass_s(
         per_expert = new_tokens * s.topk / _experts_touched(s, new_tokens)
         gemm += s.expert_flops_token * new_tokens / (peak * gemm_efficiency(per_expert, p, ridge))
     gemm = max(gemm, _weights_read(s, new_tokens, p.moe_efficiency) / bw)
+    e_attn = p.e_attn
+    if p.attn_half_keys > 0 and pairs > 0:
+        keys = pairs / max(new_tokens, 1.0)
+        e_attn *= keys / (keys + p.attn_half_keys)
     attn = max(
-        s.attn_flops_pair * pairs / (gpu.bf16_tflops * 1e12 * p.e_attn),
+        s.attn_flops_pair * pairs / (gpu.bf16_tflops * 1e12 * e_attn),
         s.kv_token_bytes * kv_read_tokens / bw,
     )
     comm = pass_comm_s(new_tokens, s.hidden, s.layers, tp, gpu, 2.0, p.comm)
@@ -257,9 +268,9 @@ class ServingTiming:
         return prefill_s(self.shape, self.gpu, pt, self.params)
 
     def intake_s(self, isl: int) -> float:
-        """What a lone request's TTFT adds to its prefill passes: the fixed intake and
-        ``w_ttft_steps`` decode steps of a batch of one (:func:`serve` at concurrency 1)."""
-        return self.params.ttft_fixed_s + self.params.w_ttft_steps * self.pass_time_s(0, 0, 1, isl)
+        """What a lone request's TTFT adds to its prefill passes: the fixed intake only (no running batch,
+        so no decode steps to wait for: :func:`serve` at concurrency 1)."""
+        return self.params.ttft_fixed_s
 
     def lone_ttft_s(self, isl: int) -> float:
         return self.prefill_s(isl) + self.intake_s(isl)
@@ -291,7 +302,10 @@ def serve(
     tpot = timing.raw_pass_s(running + mix, running * ctx + mix * isl / 2.0, running * ctx + mix * isl / 2.0)
     tpot += p.seq_overhead_s * running
     cycle = pf + osl * tpot
-    ttft = p.ttft_fixed_s + pf * (1.0 + p.w_queue * (running - 1)) + p.w_ttft_steps * tpot
+    ttft = p.ttft_fixed_s + pf * (1.0 + p.w_queue * (running - 1))
+    if running > 1:
+        # the decode steps of the others' batch a new request waits through; alone, there are none
+        ttft += p.w_ttft_steps * tpot
     if concurrency > running:
         ttft += p.w_kv_wait * (concurrency - running) / running * cycle
     return ServingEstimate(ttft * 1e3, tpot * 1e3, running, pf * 1e3, dec * 1e3)

@@ -127,6 +127,7 @@ _SHARED: tuple[tuple[str, float, float], ...] = (
     ("e_gemm", 0.1, 1.0),
     ("n_half_ridge", 0.005, 20.0),
     ("e_attn", 0.05, 1.0),
+    ("attn_half_keys", 0.0, 65536.0),
     ("e_mem", 0.3, 1.0),
     ("layer_overhead_s", 0.0, 2e-4),
     ("w_mix", 0.0, 3.0),
@@ -153,7 +154,8 @@ _HI = np.array([hi for _, _, hi in _SHARED] + [hi for _, _, hi in _PER_BACKEND f
 def _to_params(x: np.ndarray) -> dict[str, ServingParams]:
     v = {n: float(x[i]) for i, n in enumerate(_NAMES)}
     base = ServingParams(
-        e_gemm=v["e_gemm"], n_half_ridge=v["n_half_ridge"], e_attn=v["e_attn"], e_mem=v["e_mem"],
+        e_gemm=v["e_gemm"], n_half_ridge=v["n_half_ridge"], e_attn=v["e_attn"],
+        attn_half_keys=v["attn_half_keys"], e_mem=v["e_mem"],
         layer_overhead_s=v["layer_overhead_s"], w_mix=v["w_mix"], w_queue=v["w_queue"],
         w_ttft_steps=v["w_ttft_steps"],
         comm=CommParams(latency_s=v["comm_latency_s"]), moe_efficiency=v["moe_efficiency"],
@@ -187,7 +189,8 @@ def predict_row(
 
 
 def fit(
-    rows: Sequence[SiliconRow], models: Callable[[str], ModelConfig], start: ServingParams = ServingParams(),
+    rows: Sequence[SiliconRow], models: Callable[[str], ModelConfig],
+    start: ServingParams = ServingParams(attn_half_keys=1024.0),
     profile: Sequence[ProfilePoint] = (), profile_weight: float = 5.0,
 ) -> dict[str, ServingParams]:  # fmt: skip
     """Robust least squares (soft L1 with a scale of 0.2 in log units, ~20 %: the few rows that wait
