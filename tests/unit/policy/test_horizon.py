@@ -3,6 +3,8 @@ attainment and the fewest replicas that reach a target."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner_core.policy.horizon import (
@@ -224,6 +226,39 @@ def test_a_season_found_late_is_judged_on_the_history_at_once() -> None:
     assert s.period == pytest.approx(30, abs=1)
     assert len(s.seasonal_errors) >= cfg.min_errors
     assert all(abs(e) < 0.3 for e in s.seasonal_errors)
+
+
+def test_a_wave_is_forecast_by_its_season_from_its_first_back_tested_errors() -> None:
+    """A season whose few back-tested errors are clearly smaller than the trend's takes over before
+    ``min_errors`` are scored: one and a half periods of a wave, not two."""
+    from planner_core.policy.horizon import uses_season
+
+    cfg, lead = HorizonConfig(), 5
+    s = feed(_wave(50, 30, noise=0.02), lead, cfg)
+    assert s.period == pytest.approx(30, abs=1)
+    assert cfg.early_season_errors <= len(s.seasonal_errors) < cfg.min_errors
+    assert uses_season(s, lead, cfg)
+    assert not uses_season(s, lead, replace(cfg, early_season_errors=cfg.min_errors))
+
+
+@pytest.mark.parametrize(
+    ("seasonal", "trend", "expected"),
+    [
+        ([0.1] * 5, [0.5] * 5, True),  # few, but a fifth of the trend's error
+        ([0.25] * 5, [0.5] * 5, True),  # exactly the margin
+        ([0.3] * 5, [0.5] * 5, False),  # better, but not clearly, with so few
+        ([0.01] * 3, [0.5] * 3, False),  # too few to judge
+        ([0.3] * 12, [0.5] * 12, True),  # enough scored: plain comparison
+        ([0.6] * 12, [0.5] * 12, False),
+    ],
+)
+def test_when_the_season_takes_over(seasonal: list[float], trend: list[float], expected: bool) -> None:
+    from planner_core.policy.horizon import uses_season
+
+    cfg, lead = HorizonConfig(), 5
+    s = feed(_wave(50, 30, noise=0.02), lead, cfg)
+    s = replace(s, seasonal_errors=tuple(seasonal), errors=tuple(trend), fast_errors=tuple(trend))
+    assert uses_season(s, lead, cfg) is expected
 
 
 def test_without_a_season_the_damped_trend_is_used() -> None:

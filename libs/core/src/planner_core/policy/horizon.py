@@ -83,6 +83,14 @@ class HorizonConfig:
     """The fast Holt: it tracks a ramp (the steady one settles at about half a ramp's slope), at the
     price of wider errors on noisy traffic. Each series uses whichever has done better (lower mean
     absolute error at the lead); the fast one until both are measured."""
+    early_season_errors: int = 4
+    """Back-tested seasonal errors that let a season take over before ``min_errors`` are scored, if it
+    is clearly better (``early_season_margin``): a season's back-test record starts a season and a
+    lead after the history does, so ``min_errors`` of them cost another ``min_errors`` samples of the
+    trend forecaster's wide errors on a traffic that repeats."""
+    early_season_margin: float = 0.5
+    """With fewer than ``min_errors`` scored, the season's mean absolute error must be at most this
+    share of the trend forecaster's over the same samples."""
     symmetric: bool = True
     """Each measured error of the trend forecaster also stands for its mirror image (one that
     over-forecast a fall under-forecasts the next rise by as much, and a record from one phase of the
@@ -284,10 +292,17 @@ def _trend(s: SeriesState, steps: int, cfg: HorizonConfig) -> tuple[float, tuple
 
 def uses_season(s: SeriesState, steps: int, cfg: HorizonConfig) -> bool:
     """Whether the seasonal forecast has done better than the trend forecaster in use: lower mean
-    absolute error over the latest forecasts both scored (at least ``min_errors``)."""
+    absolute error over the latest forecasts both scored (at least ``min_errors``), or, from
+    ``early_season_errors`` scored, at most ``early_season_margin`` of it."""
     if seasonal_forecast(s, steps) is None:
         return False
-    return bool(_better(s.seasonal_errors, _trend(s, steps, cfg)[1], cfg))
+    trend_errors = _trend(s, steps, cfg)[1]
+    k = min(len(s.seasonal_errors), len(trend_errors))
+    if cfg.early_season_errors <= k < cfg.min_errors:
+        # few scored: only a clear win counts (half the trend's error by default)
+        seasonal = sum(abs(e) for e in s.seasonal_errors[-k:])
+        return seasonal <= cfg.early_season_margin * sum(abs(e) for e in trend_errors[-k:])
+    return bool(_better(s.seasonal_errors, trend_errors, cfg))
 
 
 def best_forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
