@@ -102,6 +102,7 @@ def estimate_profile(
     backend: str = "vllm",
     plain_roofline: bool = False,
     concurrency: int = 0,
+    expert_parallel: bool = False,
 ) -> tuple[dict[str, Any], PrefillProfile, DecodeProfile]:
     """Write ``prefill_raw_data.npz`` and ``decode_raw_data.npz`` to ``out``; return a summary.
     ``model_path`` is a config.json, or an already loaded :class:`ModelConfig`."""
@@ -143,7 +144,10 @@ def estimate_profile(
             timing = RooflineTiming.build(model, gpu, quant=q, kv_dtype=kv_dtype, tp=tp)
         else:
             # the checkpoint's own quantization wins over --quantization (vLLM only names the kernel)
-            serving = product_timing(model, gpu, model.quant or q, kv_dtype, tp, backend)
+            if expert_parallel and model.moe is None:
+                raise EstimateError(f"--expert-parallel: {name} has no MoE layers")
+            ep = tp if expert_parallel else 1
+            serving = product_timing(model, gpu, model.quant or q, kv_dtype, tp, backend, ep=ep)
             serving = replace(serving, params=replace(serving.params, chunk_tokens=max_num_batched_tokens))
             timing = serving
     except (ModelConfigError, KeyError, ValueError) as exc:
@@ -175,6 +179,7 @@ def estimate_profile(
         "model": str(model_path) if isinstance(model_path, Path) else model.source,
         "gpu": gpu.name,
         "tp": tp,
+        "expert_parallel": expert_parallel,
         "timing": "roofline (uncalibrated)" if serving is None else f"calibrated ({backend})",
         "max_kv_tokens": mem.kv_cache_tokens,
         "num_gpu_blocks": mem.num_gpu_blocks,

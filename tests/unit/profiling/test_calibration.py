@@ -110,6 +110,34 @@ def test_cli_backend_and_plain_roofline(
         main([*base, "--backend", "llamacpp"])
 
 
+def test_cli_expert_parallel(shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--expert-parallel spreads a MoE model's experts over the --tp GPUs: at a small batch the busiest
+    GPU reads more expert weights per step than a sharded expert costs; a dense model refuses it."""
+    moe = str(shared_data / "model_configs" / "Qwen--Qwen3-30B-A3B.json")
+    base = [
+        "profile",
+        "--estimate",
+        "--model",
+        moe,
+        "--gpu",
+        "h200",
+        "--tp",
+        "4",
+        "--json",
+        "--concurrency",
+        "2",
+    ]
+    out = {}
+    for extra in ([], ["--expert-parallel"]):
+        assert main([*base, "--out", str(tmp_path / "x"), *extra]) == 0
+        out[" ".join(extra)] = json.loads(capsys.readouterr().out)
+    assert out["--expert-parallel"]["expert_parallel"] is True and out[""]["expert_parallel"] is False
+    assert out["--expert-parallel"]["serving_tpot_ms"] > out[""]["serving_tpot_ms"]
+    dense = ["profile", "--estimate", "--model", str(shared_data / LLAMA8B), "--gpu", "h200", "--tp", "2"]
+    assert main([*dense, "--out", str(tmp_path / "y"), "--expert-parallel"]) == 2
+    assert "has no MoE layers" in capsys.readouterr().err
+
+
 def test_product_matches_the_h200_profile(shared_data: Path, tmp_path: Path) -> None:
     """The estimate as the decider reads it (NPZ through its interpolators) against the measured
     H200 Llama-3.1-8B FP8 vLLM profile (the table was fitted with it: an in-sample check)."""

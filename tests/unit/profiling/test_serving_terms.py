@@ -17,6 +17,7 @@ from planner_core.profiling.serving import (
     ServingPoint,
     _experts_touched,
     _Shape,
+    ep_imbalance,
     gemm_efficiency,
     pass_s,
     predict_serving,
@@ -192,3 +193,51 @@ def test_fit_keeps_moe_efficiency_without_moe_rows(shared_data: Path) -> None:
     start = replace(ServingParams(), moe_efficiency=0.37)
     fitted = fit(rows, lambda _: model, start)
     assert fitted["vllm"].moe_efficiency == 0.37
+
+
+def _moe(ep: int = 1) -> _Shape:
+    return _dense(
+        lin_flops_token=1e9,
+        expert_flops_token=2e9,
+        expert_bytes=2e7,
+        moe_layers=40,
+        experts=128,
+        topk=8,
+        ep=ep,
+    )
+
+
+@pytest.mark.parametrize("tokens", [1, 8, 64, 512, 8192])
+def test_expert_parallel_busiest_gpu(tokens: int) -> None:
+    """Under EP the busiest of the GPUs sets the pace: more routed tokens and touched experts than the
+    mean, the more so the fewer the tokens; never more than all of them on one GPU; none without EP."""
+    assert ep_imbalance(_moe(1), tokens) == (1.0, 1.0)
+    tok, exp = ep_imbalance(_moe(4), tokens)
+    assert 1.0 <= exp <= 4.0 and tok >= 1.0
+    if tokens <= 64:
+        assert tok > 1.05
+    more_tok, more_exp = ep_imbalance(_moe(4), tokens * 8)
+    assert more_tok < tok and more_exp <= exp
+    # one decode token's 8 experts over 4 GPUs: 2 on a GPU on average, the busiest ~1.6x that
+    assert ep_imbalance(_moe(4), 1)[1] == pytest.approx(1.6, abs=0.1)
+
+
+def test_expert_parallel_costs_at_small_batches_only() -> None:
+    """EP pass over the same TP group: slower for a few tokens (the busiest GPU), the same for a long
+    prefill (routing evens out); a dense model has no experts to spread."""
+    tp, ep = _moe(1), _moe(4)
+    small = pass_s(ep, H200, "fp8", 4, 4, 1e4, 4e4, BARE) / pass_s(tp, H200, "fp8", 4, 4, 1e4, 4e4, BARE)
+    big = pass_s(ep, H200, "fp8", 4, 8192, 0, 0.5 * 8192**2, BARE) / pass_s(
+        tp, H200, "fp8", 4, 8192, 0, 0.5 * 8192**2, BARE
+    )
+    assert small > 1.1 and big == pytest.approx(1.0, abs=0.02)
+    dense = _dense()
+    assert pass_s(replace(dense, ep=4), H200, "fp8", 4, 4, 1e4, 4e4, BARE) == pass_s(
+        dense, H200, "fp8", 4, 4, 1e4, 4e4, BARE
+    )
+
+
+def test_expert_parallel_must_span_the_tp_group(shared_data: Path) -> None:
+    m = load_model_config(shared_data / "model_configs" / "meta-llama--Llama-3.1-8B.json")
+    with pytest.raises(ValueError, match="expert parallelism 2 with TP 4"):
+        predict_serving(m, H200, ServingPoint(1024, 128, 8, tp=4, ep=2), BARE)

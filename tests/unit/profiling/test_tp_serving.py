@@ -73,7 +73,14 @@ def test_usable_rows_reasons() -> None:
     assert not isinstance(usable(base, lambda _: True), str)
     assert usable({**base, "mode": "disagg"}, lambda _: True) == "disaggregated"
     assert usable(base, lambda _: False) == "no model config"
-    assert usable({**base, "moe_ep_size": "8"}, lambda _: True) == "expert parallel"
+    # whole experts spread over the TP group (vLLM --enable-expert-parallel): modelled
+    ep = usable({**base, "moe_ep_size": "4", "moe_tp_size": "1"}, lambda _: True)
+    assert not isinstance(ep, str) and ep.point.ep == 4 and ep.point.tp == 4
+    assert usable({**base, "moe_ep_size": "8"}, lambda _: True) == "expert parallel over more GPUs"
+    assert (
+        usable({**base, "tp_size": "16", "moe_ep_size": "4", "moe_tp_size": "4"}, lambda _: True)
+        == "expert parallel x expert TP"
+    )
     # MoE sharded over more GPUs than the attention's TP group: attention data parallel, even with
     # attention_dp_size left empty (vLLM rows "tp 2, moe_tp 4" run on four GPUs)
     assert (

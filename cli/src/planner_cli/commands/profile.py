@@ -106,6 +106,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--plain-roofline", action="store_true", help="--estimate: the uncalibrated roofline timing model"
     )
     est.add_argument(
+        "--expert-parallel",
+        action="store_true",
+        help="--estimate: MoE experts spread whole over the --tp GPUs (vLLM --enable-expert-parallel), "
+        "not sharded; the busiest GPU sets the pace",
+    )
+    est.add_argument(
         "--concurrency",
         type=int,
         default=0,
@@ -165,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
             backend=args.backend,
             plain_roofline=args.plain_roofline,
             concurrency=max(0, args.concurrency),
+            expert_parallel=args.expert_parallel,
         )
     except EstimateError as exc:
         print(f"planner profile: {exc}", file=sys.stderr)

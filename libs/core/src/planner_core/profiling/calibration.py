@@ -80,11 +80,12 @@ def kv_element_bytes(model: ModelConfig, kv_dtype: str = "auto") -> float:
 
 def product_timing(
     model: ModelConfig, gpu: GpuSpec, quant: QuantConfig | None = None, kv_dtype: str = "auto", tp: int = 1,
-    backend: str = "vllm",
+    backend: str = "vllm", ep: int = 1,
 ) -> ServingTiming:  # fmt: skip
-    """The calibrated timing model of one engine: ``quant`` overrides the checkpoint's own."""
+    """The calibrated timing model of one engine: ``quant`` overrides the checkpoint's own; ``ep`` = ``tp``
+    for experts spread whole over the GPUs (expert parallelism)."""
     q = quant if quant is not None else model.quant
     return ServingTiming.build(
         model, gpu, tp=tp, weight_format=weight_format(q), kv_bytes=kv_element_bytes(model, kv_dtype),
-        params=calibrated_params(backend),
+        params=calibrated_params(backend), ep=ep,
     )  # fmt: skip

@@ -12,6 +12,8 @@ One engine of ``tp`` GPUs. A pass of ``n`` new tokens over context costs, kernel
   for routed experts the tokens each touched expert receives, ``n k / E_touched`` (1024 tokens over
   128 experts x top-8 give each expert GEMM ~64 rows). The weights are those the pass touches (for
   MoE, ``E_touched = E (1 - (1 - k/E)^n)`` experts per layer) at the HBM bandwidth times ``e_mem``;
+  under expert parallelism (whole experts spread over the TP group) the experts' FLOPs and bytes are
+  those of the busiest GPU (:func:`ep_imbalance`);
 - attention: ``max(causal attention FLOPs at the BF16 peak x e_attn x L / (L + attn_half_keys), KV read /
   bandwidth)``, L the keys per query of the pass (short rows do not fill FlashAttention's tiles);
 - all-reduces from :mod:`planner_core.profiling.tp_comms`.
@@ -35,7 +37,9 @@ not fit). Every efficiency and weight is in :class:`ServingParams`, fitted on me
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 from planner_core.gpu_table import GpuSpec
 from planner_core.modelcfg import ModelConfig
@@ -90,6 +94,10 @@ class ServingPoint:
     tp: int = 1
     weight_format: str = "fp8"  # bf16, fp8, fp4, int4
     kv_bytes: float = 2.0  # per KV element
+    ep: int = 1
+    """Expert parallelism: 1 = each expert sharded over the ``tp`` GPUs; ``tp`` = each GPU holds
+    ``experts / tp`` whole experts (vLLM ``--enable-expert-parallel``: attention stays tensor-parallel
+    and the MoE output is reduced as in TP)."""
 
 
 def _peak_flops(gpu: GpuSpec, fmt: str) -> float:
@@ -114,6 +122,7 @@ class _Shape:
     attn_flops_pair: float  # per GPU
     layers: int
     hidden: int
+    ep: int = 1
 
 
 def _shape(model: ModelConfig, pt: ServingPoint) -> _Shape:
@@ -121,6 +130,8 @@ def _shape(model: ModelConfig, pt: ServingPoint) -> _Shape:
     if bits is None:
         raise ValueError(f"unknown weight format '{pt.weight_format}' (known: {', '.join(FORMAT_BITS)})")
     tp = pt.tp
+    if pt.ep not in (1, tp):
+        raise ValueError(f"expert parallelism {pt.ep} with TP {tp}: only ep = 1 or ep = tp is modelled")
     active = model.active_params_per_token()
     total = model.total_params()
     moe = model.moe
@@ -146,6 +157,7 @@ def _shape(model: ModelConfig, pt: ServingPoint) -> _Shape:
         attn_flops_pair=4.0 * model.num_layers * model.num_attention_heads * model.head_dim / tp,
         layers=model.num_layers,
         hidden=model.hidden_size,
+        ep=pt.ep if moe is not None else 1,
     )
 
 
@@ -159,6 +171,32 @@ def _weights_read(s: _Shape, tokens: float, moe_efficiency: float = 1.0) -> floa
     if s.experts == 0:
         return s.dense_bytes
     return s.dense_bytes + s.expert_bytes * _experts_touched(s, tokens) * s.moe_layers / moe_efficiency
+
+
+def _max_normal(n: int) -> float:
+    """Expected largest of ``n`` standard normal draws (Blom's approximation; 0 for one)."""
+    if n <= 1:
+        return 0.0
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+
+
+def ep_imbalance(s: _Shape, tokens: float) -> tuple[float, float]:
+    """Under expert parallelism the busiest GPU sets the pace: (its routed tokens, its touched
+    experts) relative to the mean over the ``ep`` GPUs, for uniform routing. A GPU holds ``E / ep``
+    experts; the routed tokens it gets are about binomial (``n k`` draws, ``1 / ep`` each), the
+    experts it touches about hypergeometric (``E_touched`` of ``E``, ``E / ep`` of them its own); the
+    busiest of ``ep`` lies ~z(ep) standard deviations above the mean. Few tokens make it large: one
+    decode token's 8 experts over 4 GPUs put 2 on a GPU on average, 3-4 on the busiest."""
+    if s.ep <= 1 or s.experts == 0:
+        return 1.0, 1.0
+    z = _max_normal(s.ep)
+    draws = max(tokens, 1.0) * s.topk
+    tok = 1.0 + z * math.sqrt((1.0 - 1.0 / s.ep) * s.ep / draws)
+    touched = _experts_touched(s, tokens)
+    mean = touched / s.ep
+    var = mean * (1.0 - touched / s.experts) * (1.0 - 1.0 / s.ep)
+    exp = 1.0 + z * math.sqrt(max(var, 0.0)) / mean if mean > 0 else 1.0
+    return tok, min(exp, float(s.ep))
 
 
 def ridge_rows(gpu: GpuSpec, fmt: str) -> float:
@@ -186,10 +224,13 @@ def pass_s(
     bw = gpu.hbm_gb_s * 1e9 * p.e_mem
     ridge = ridge_rows(gpu, fmt)
     gemm = s.lin_flops_token * new_tokens / (peak * gemm_efficiency(new_tokens, p, ridge))
+    weights = _weights_read(s, new_tokens, p.moe_efficiency)
     if s.experts:
         per_expert = new_tokens * s.topk / _experts_touched(s, new_tokens)
-        gemm += s.expert_flops_token * new_tokens / (peak * gemm_efficiency(per_expert, p, ridge))
-    gemm = max(gemm, _weights_read(s, new_tokens, p.moe_efficiency) / bw)
+        tok_skew, exp_skew = ep_imbalance(s, new_tokens)
+        gemm += tok_skew * s.expert_flops_token * new_tokens / (peak * gemm_efficiency(per_expert, p, ridge))
+        weights += (exp_skew - 1.0) * (weights - s.dense_bytes)
+    gemm = max(gemm, weights / bw)
     e_attn = p.e_attn
     if p.attn_half_keys > 0 and pairs > 0:
         keys = pairs / max(new_tokens, 1.0)
@@ -239,9 +280,9 @@ class ServingTiming:
     @classmethod
     def build(
         cls, model: ModelConfig, gpu: GpuSpec, tp: int = 1, weight_format: str = "fp8", kv_bytes: float = 2.0,
-        params: ServingParams | None = None,
+        params: ServingParams | None = None, ep: int = 1,
     ) -> ServingTiming:  # fmt: skip
-        pt = ServingPoint(1, 1, 1, tp=tp, weight_format=weight_format, kv_bytes=kv_bytes)
+        pt = ServingPoint(1, 1, 1, tp=tp, weight_format=weight_format, kv_bytes=kv_bytes, ep=ep)
         return cls(_shape(model, pt), gpu, weight_format, tp, params or ServingParams())
 
     def raw_pass_s(self, new_tokens: float, kv_read_tokens: float, pairs: float) -> float:
@@ -312,5 +353,5 @@ def serve(
 
 
 def predict_serving(model: ModelConfig, gpu: GpuSpec, pt: ServingPoint, p: ServingParams) -> ServingEstimate:
-    timing = ServingTiming.build(model, gpu, pt.tp, pt.weight_format, pt.kv_bytes, p)
+    timing = ServingTiming.build(model, gpu, pt.tp, pt.weight_format, pt.kv_bytes, p, ep=pt.ep)
     return serve(timing, pt.isl, pt.osl, pt.concurrency, kv_capacity_tokens(timing.shape, gpu, p))

@@ -2,8 +2,9 @@
 
 A row is one aggregated engine at a fixed concurrency: model, GPU system, backend, weight format,
 TP, ISL/OSL and the measured mean TTFT and TPOT. Rows that the model cannot describe are left out by
-:func:`usable` with a reason (disaggregated, attention-DP or expert-parallel layouts, pipeline
-parallel, models without a config). The fit minimises a robust (soft-L1) loss of the log errors of
+:func:`usable` with a reason (disaggregated, attention-DP layouts, expert parallelism over more GPUs
+than the TP group or mixed with expert TP, pipeline parallel, models without a config); expert
+parallelism over the TP group (``moe_ep_size = tp_size``) is modelled (:attr:`ServingPoint.ep`). The fit minimises a robust (soft-L1) loss of the log errors of
 TTFT and TPOT over the rows (and over the points of measured single-engine profiles, when given:
 :class:`ProfilePoint`): one set of efficiencies shared by every backend and GPU, a step
 overhead, an intake time and a KV-wait weight per backend. A term no training row exercises (a
@@ -64,9 +65,11 @@ def usable(raw: dict[str, str], has_config: Callable[[str], bool]) -> SiliconRow
         return "attention data parallel"
     tp = int(raw.get("tp_size") or 1)
     ep = int(raw.get("moe_ep_size") or 1)
-    if ep not in (1,):
-        return "expert parallel"
-    if int(raw.get("moe_tp_size") or 1) > tp:
+    moe_tp = int(raw.get("moe_tp_size") or 1)
+    if ep not in (1, tp) or (ep > 1 and moe_tp != 1):
+        # modelled: experts sharded over the TP group (ep 1) or whole experts spread over it (ep = tp)
+        return "expert parallel x expert TP" if ep > 1 and moe_tp > 1 else "expert parallel over more GPUs"
+    if moe_tp > tp:
         # the MoE layers span more GPUs than the attention's TP group (vLLM's --data-parallel-size with
         # TP-sharded experts: "tp 1, moe_tp 2" is two attention replicas over one 2-GPU MoE), with
         # attention_dp_size left empty: an attention-DP layout, not the TP engine tp_size says
@@ -88,7 +91,7 @@ def usable(raw: dict[str, str], has_config: Callable[[str], bool]) -> SiliconRow
         return "no measurement"
     point = ServingPoint(
         isl=int(raw["isl"]), osl=int(raw["osl"]), concurrency=int(raw["batch_size"]), tp=tp,
-        weight_format=fmt, kv_bytes=1.0 if fmt in ("fp8", "fp4") else 2.0,
+        weight_format=fmt, kv_bytes=1.0 if fmt in ("fp8", "fp4") else 2.0, ep=ep,
     )  # fmt: skip
     return SiliconRow(raw["id"], raw["model_path"], raw["system"], raw["backend"], point, ttft, tpot)
 
