@@ -7,6 +7,7 @@ can be overridden for a trial (``--set decode_max_utilisation=0.85``; bools as 0
 
     uv run python benchmarks/policy_windows.py --scenario sinusoid
     uv run python benchmarks/policy_windows.py --scenario azure-code --window-s 300 --set target_attainment=0.995
+    uv run python benchmarks/policy_windows.py --scenario servegen-day --policy sla --knob 1.2 --window-s 3600
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--scenario", default="sinusoid")
     ap.add_argument("--policy", default="combined")
+    ap.add_argument(
+        "--knob", type=float, default=None, help="the policy's frontier knob (see planner bench --frontier)"
+    )
     ap.add_argument("--window-s", type=float, default=150.0)
     ap.add_argument(
         "--warmup-s", type=float, default=0.0, help="not scored in the totals (see planner bench)"
@@ -80,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     prep = prepare_trace(cfg, sc.source)
     settings = cluster_settings(cfg)
-    ctrl = policy_controller(cfg, prep, settings, args.policy)
+    ctrl = policy_controller(cfg, prep, settings, args.policy, args.knob)
     if overrides:
         inner = getattr(ctrl, "cfg", None)
         if not isinstance(inner, PolicyConfig):
@@ -96,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     ttft_ok = np.isfinite(log.finish_s) & (log.ttft_s() * 1e3 <= prep.ttft_targets_ms) & prep.counted
     ok = ttft_ok & (log.itl_s() * 1e3 <= cfg.itl_target_ms)
     print(
-        f"{sc.name} {args.policy} {' '.join(args.set)}: SLA {s.sla_attainment_pct:.2f} % (TTFT "
+        f"{sc.name} {args.policy}{'' if args.knob is None else f' knob {args.knob:g}'} {' '.join(args.set)}: SLA {s.sla_attainment_pct:.2f} % (TTFT "
         f"{s.ttft_attainment_pct:.2f}, ITL {s.itl_attainment_pct:.2f}), {res.gpu_hours:.2f} GPU-h, "
         f"clairvoyant {prep.clairvoyant_gpu_hours:.2f}, {wall:.0f} s wall"
         + (f" (from {prep.warmup_s:g} s)" if prep.warmup_s else "")
