@@ -186,7 +186,7 @@ def ep_imbalance(s: _Shape, tokens: float) -> tuple[float, float]:
     experts; the routed tokens it gets are about binomial (``n k`` draws, ``1 / ep`` each), the
     experts it touches about hypergeometric (``E_touched`` of ``E``, ``E / ep`` of them its own); the
     busiest of ``ep`` lies ~z(ep) standard deviations above the mean. Few tokens make it large: one
-    decode token's 8 experts over 4 GPUs put 2 on a GPU on average, 3-4 on the busiest."""
+    decode token's 8 experts over 4 GPUs put 2 on a GPU on average, about 3 on the busiest."""
     if s.ep <= 1 or s.experts == 0:
         return 1.0, 1.0
     z = _max_normal(s.ep)
