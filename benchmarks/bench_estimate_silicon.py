@@ -217,6 +217,12 @@ def main() -> int:
         "by_backend": table(rows, preds, lambda r: r.backend),
         "by_tp": table(rows, preds, lambda r: f"tp{r.point.tp}"),
         "by_system_backend_tp": table(rows, preds, lambda r: f"{r.system}/{r.backend}/tp{r.point.tp}"),
+        "by_system_backend_format": table(
+            rows, preds, lambda r: f"{r.system}/{r.backend}/{r.point.weight_format}"
+        ),
+        "by_parallelism": table(
+            rows, preds, lambda r: "expert parallel" if r.point.ep > 1 else "tensor parallel"
+        ),
         "all": table(rows, preds, lambda r: "all")["all"],
         "by_kv": table(rows, preds, lambda r: "kv-short" if kv_short[rows.index(r)] else "kv-holds-batch"),
         "fitted_vllm": {k: v for k, v in vars(fitted["vllm"]).items() if k != "comm"}
@@ -234,7 +240,15 @@ def main() -> int:
     print(f"the product (planner profile --estimate) cannot estimate {no_product} rows (weights do not fit)")
     cols = ("default", "fit", "logo", "product")
     hdr = f"{'group':34} {'rows':>4}  {'TTFT default/fit/LOGO/product %':>31}  {'TPOT default/fit/LOGO/product %':>31}"
-    for name in ("by_system", "by_backend", "by_tp", "by_kv", "by_system_backend_tp"):
+    for name in (
+        "by_system",
+        "by_backend",
+        "by_tp",
+        "by_kv",
+        "by_parallelism",
+        "by_system_backend_format",
+        "by_system_backend_tp",
+    ):
         print(f"\n{name}\n{hdr}")
         for g, e in result[name].items():
             ttft = "/".join(f"{e[c + '_ttft']:.1f}" for c in cols)
