@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from planner_sim.bench import CLAIRVOYANT, BenchConfig, PolicyRun, TracePrep
-from planner_sim.frontier import KNOBS, Point, family, gpu_hours_at, max_attainment
+from planner_sim.frontier import KNOBS, Point, envelope, family, gpu_hours_at, max_attainment
 
 
 def _num(x: float | None, digits: int = 1) -> float | None:
@@ -229,8 +229,10 @@ def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun], frontier:
 
 
 def plot_frontier(path: str, preps: Sequence[TracePrep], runs: Sequence[PolicyRun]) -> None:
-    """Attainment vs GPU-hours per policy (its knob sweep), one column per trace (top: all of it;
-    bottom: zoomed on 90-100 %), with both limits as vertical lines."""
+    """Attainment vs GPU-hours per policy, one column per trace (top: all of it; bottom: zoomed on
+    90-100 %), with both limits as vertical lines. Every knob's run is a dot; the line is the policy's
+    frontier (the best attainment it reached for at most those GPU-hours, what the tables
+    interpolate on), so a knob that costs more and attains less shows as a dot below the line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -240,14 +242,16 @@ def plot_frontier(path: str, preps: Sequence[TracePrep], runs: Sequence[PolicyRu
     for j, p in enumerate(preps):
         for k, ax in enumerate((axes[0][j], axes[1][j])):
             for row in policy_rows(p.name, runs):
-                pts = sorted(row.points, key=lambda q: q.gpu_hours)
-                ax.plot(
-                    [q.gpu_hours for q in pts],
-                    [q.summary.sla_attainment_pct for q in pts],
-                    marker="o",
-                    markersize=4,
+                pts = [Point(q.gpu_hours, q.summary.sla_attainment_pct) for q in row.points]
+                env = envelope(pts)
+                (line,) = ax.plot(
+                    [q.gpu_hours for q in env], [q.attainment_pct for q in env], marker="o", markersize=4,
                     label=row.policy,
-                )
+                )  # fmt: skip
+                ax.scatter(
+                    [q.gpu_hours for q in pts], [q.attainment_pct for q in pts], s=14, color=line.get_color(),
+                    alpha=0.5,
+                )  # fmt: skip
             ax.axvline(p.oracle_gpu_hours, color="k", linestyle=":", label="oracle (instant)")
             ax.axvline(p.clairvoyant_gpu_hours, color="k", linestyle="--", label="clairvoyant (pays startup)")
             for lvl in (95.0, 99.0):
