@@ -196,15 +196,9 @@ def test_fit_keeps_moe_efficiency_without_moe_rows(shared_data: Path) -> None:
 
 
 def _moe(ep: int = 1) -> _Shape:
-    return _dense(
-        lin_flops_token=1e9,
-        expert_flops_token=2e9,
-        expert_bytes=2e7,
-        moe_layers=40,
-        experts=128,
-        topk=8,
-        ep=ep,
-    )
+    """128 experts, top-8, over 40 layers (the dense helper's other terms)."""
+    moe: dict[str, float] = dict(expert_flops_token=2e9, expert_bytes=2e7, moe_layers=40, experts=128, topk=8)
+    return _dense(lin_flops_token=1e9, ep=ep, **moe)
 
 
 @pytest.mark.parametrize("tokens", [1, 8, 64, 512, 8192])

@@ -267,13 +267,20 @@ def fast_forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
     return _ahead(s.fast_level, s.fast_trend, cfg.fast_damping, steps)
 
 
+def _abs_error_sums(a: Sequence[float], b: Sequence[float], at_least: int) -> tuple[float, float] | None:
+    """Summed absolute errors of ``a`` and ``b`` over the latest forecasts both scored; None while
+    fewer than ``at_least`` are."""
+    k = min(len(a), len(b))
+    if k < at_least:
+        return None
+    return sum(abs(e) for e in a[-k:]), sum(abs(e) for e in b[-k:])
+
+
 def _better(a: Sequence[float], b: Sequence[float], cfg: HorizonConfig) -> bool | None:
     """Whether errors ``a`` have a lower mean absolute value than ``b`` over the latest forecasts both
     scored; None while fewer than ``min_errors`` are."""
-    k = min(len(a), len(b))
-    if k < cfg.min_errors:
-        return None
-    return sum(abs(e) for e in a[-k:]) < sum(abs(e) for e in b[-k:])
+    sums = _abs_error_sums(a, b, cfg.min_errors)
+    return None if sums is None else sums[0] < sums[1]
 
 
 def uses_fast(s: SeriesState, cfg: HorizonConfig) -> bool:
@@ -297,12 +304,12 @@ def uses_season(s: SeriesState, steps: int, cfg: HorizonConfig) -> bool:
     if seasonal_forecast(s, steps) is None:
         return False
     trend_errors = _trend(s, steps, cfg)[1]
-    k = min(len(s.seasonal_errors), len(trend_errors))
-    if cfg.early_season_errors <= k < cfg.min_errors:
-        # few scored: only a clear win counts (half the trend's error by default)
-        seasonal = sum(abs(e) for e in s.seasonal_errors[-k:])
-        return seasonal <= cfg.early_season_margin * sum(abs(e) for e in trend_errors[-k:])
-    return bool(_better(s.seasonal_errors, trend_errors, cfg))
+    better = _better(s.seasonal_errors, trend_errors, cfg)
+    if better is not None:
+        return better
+    # few scored: only a clear win counts (half the trend's error by default)
+    sums = _abs_error_sums(s.seasonal_errors, trend_errors, cfg.early_season_errors)
+    return sums is not None and sums[0] <= cfg.early_season_margin * sums[1]
 
 
 def best_forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:

@@ -166,11 +166,10 @@ def _experts_touched(s: _Shape, tokens: float) -> float:
     return float(s.experts * (1.0 - (1.0 - s.topk / s.experts) ** max(tokens, 1.0)))
 
 
-def _weights_read(s: _Shape, tokens: float, moe_efficiency: float = 1.0) -> float:
-    """Bytes of weights one pass streams, in dense-weight equivalents."""
-    if s.experts == 0:
-        return s.dense_bytes
-    return s.dense_bytes + s.expert_bytes * _experts_touched(s, tokens) * s.moe_layers / moe_efficiency
+def _weights_read(s: _Shape, experts: float, moe_efficiency: float = 1.0) -> float:
+    """Bytes of weights one pass streams on a GPU that touches ``experts`` experts per MoE layer, in
+    dense-weight equivalents."""
+    return s.dense_bytes + s.expert_bytes * experts * s.moe_layers / moe_efficiency
 
 
 def _max_normal(n: int) -> float:
@@ -180,19 +179,21 @@ def _max_normal(n: int) -> float:
     return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 
-def ep_imbalance(s: _Shape, tokens: float) -> tuple[float, float]:
+def ep_imbalance(s: _Shape, tokens: float, touched: float | None = None) -> tuple[float, float]:
     """Under expert parallelism the busiest GPU sets the pace: (its routed tokens, its touched
     experts) relative to the mean over the ``ep`` GPUs, for uniform routing. A GPU holds ``E / ep``
     experts; the routed tokens it gets are about binomial (``n k`` draws, ``1 / ep`` each), the
     experts it touches about hypergeometric (``E_touched`` of ``E``, ``E / ep`` of them its own); the
     busiest of ``ep`` lies ~z(ep) standard deviations above the mean. Few tokens make it large: one
-    decode token's 8 experts over 4 GPUs put 2 on a GPU on average, about 3 on the busiest."""
+    decode token's 8 experts over 4 GPUs put 2 on a GPU on average, about 3 on the busiest.
+    ``touched``: :func:`_experts_touched` of ``tokens``, when the caller has it already."""
     if s.ep <= 1 or s.experts == 0:
         return 1.0, 1.0
     z = _max_normal(s.ep)
     draws = max(tokens, 1.0) * s.topk
     tok = 1.0 + z * math.sqrt((1.0 - 1.0 / s.ep) * s.ep / draws)
-    touched = _experts_touched(s, tokens)
+    if touched is None:
+        touched = _experts_touched(s, tokens)
     mean = touched / s.ep
     var = mean * (1.0 - touched / s.experts) * (1.0 - 1.0 / s.ep)
     exp = 1.0 + z * math.sqrt(max(var, 0.0)) / mean if mean > 0 else 1.0
@@ -224,13 +225,12 @@ def pass_s(
     bw = gpu.hbm_gb_s * 1e9 * p.e_mem
     ridge = ridge_rows(gpu, fmt)
     gemm = s.lin_flops_token * new_tokens / (peak * gemm_efficiency(new_tokens, p, ridge))
-    weights = _weights_read(s, new_tokens, p.moe_efficiency)
+    touched = _experts_touched(s, new_tokens) if s.experts else 0.0
+    tok_skew, exp_skew = ep_imbalance(s, new_tokens, touched)
     if s.experts:
-        per_expert = new_tokens * s.topk / _experts_touched(s, new_tokens)
-        tok_skew, exp_skew = ep_imbalance(s, new_tokens)
+        per_expert = new_tokens * s.topk / touched
         gemm += tok_skew * s.expert_flops_token * new_tokens / (peak * gemm_efficiency(per_expert, p, ridge))
-        weights += (exp_skew - 1.0) * (weights - s.dense_bytes)
-    gemm = max(gemm, weights / bw)
+    gemm = max(gemm, _weights_read(s, touched * exp_skew, p.moe_efficiency) / bw)
     e_attn = p.e_attn
     if p.attn_half_keys > 0 and pairs > 0:
         keys = pairs / max(new_tokens, 1.0)

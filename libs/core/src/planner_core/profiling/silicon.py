@@ -66,9 +66,11 @@ def usable(raw: dict[str, str], has_config: Callable[[str], bool]) -> SiliconRow
     tp = int(raw.get("tp_size") or 1)
     ep = int(raw.get("moe_ep_size") or 1)
     moe_tp = int(raw.get("moe_tp_size") or 1)
-    if ep not in (1, tp) or (ep > 1 and moe_tp != 1):
-        # modelled: experts sharded over the TP group (ep 1) or whole experts spread over it (ep = tp)
-        return "expert parallel x expert TP" if ep > 1 and moe_tp > 1 else "expert parallel over more GPUs"
+    # modelled: experts sharded over the TP group (ep 1) or whole experts spread over it (ep = tp)
+    if ep > 1 and moe_tp > 1:
+        return "expert parallel x expert TP"
+    if ep not in (1, tp):
+        return "expert parallel over more GPUs"
     if moe_tp > tp:
         # the MoE layers span more GPUs than the attention's TP group (vLLM's --data-parallel-size with
         # TP-sharded experts: "tp 1, moe_tp 2" is two attention replicas over one 2-GPU MoE), with
