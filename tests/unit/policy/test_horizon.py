@@ -107,6 +107,18 @@ def test_a_burst_out_of_silence_is_not_compounded() -> None:
     assert top == pytest.approx(fast_forecast(s, 5, cfg) + (400.0 - 4.0) * 5 / 3, rel=1e-6)
 
 
+def test_a_burst_after_silence_inside_the_window_is_not_compounded() -> None:
+    # on-off traffic (a burst, silence, the next burst): the window starts on the previous burst,
+    # but the series went through silence since; the growth from there is no ramp
+    cfg = HorizonConfig(symmetric=False)
+    s = feed([90.0, 100.0, 0.0, 0.0, 40.0, 400.0], lead=5, cfg=cfg)
+    top = max(demand_scenarios(s, 5, cfg))
+    assert top == pytest.approx(fast_forecast(s, 5, cfg) + (400.0 - 90.0), rel=1e-6)
+    # the same growth without the silence compounds
+    ramp = feed([90.0, 100.0, 140.0, 200.0, 280.0, 400.0], lead=5, cfg=cfg)
+    assert max(demand_scenarios(ramp, 5, cfg)) > 400.0 * 3
+
+
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_symmetric_errors_mirror_the_trend_record(symmetric: bool) -> None:
     # a record that holds only over-forecasts (a falling series) also stands for under-forecasts

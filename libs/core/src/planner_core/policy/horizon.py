@@ -340,8 +340,9 @@ COLD_GROWTH_CAP = 8.0
 COLD_GROWTH_DAMPING = 0.95
 """Per step ahead, the share of the measured growth rate carried on (as the trend's damping)."""
 COLD_GROWTH_BASE = 0.25
-"""Growth is compounded only from a sample at least this share of the slow level: out of silence
-any burst is an "infinite" growth and says nothing about the next samples."""
+"""Growth is compounded only while every sample of its window is at least this share of the slow
+level: out of silence (or through it: on-off traffic) any burst is an "infinite" growth and says
+nothing about the next samples."""
 
 
 def _recent_change(s: SeriesState, steps: int, fc: float) -> tuple[float, ...]:
@@ -351,7 +352,7 @@ def _recent_change(s: SeriesState, steps: int, fc: float) -> tuple[float, ...]:
 
     - the change over the latest ``k <= steps`` samples carried on in a straight line over the lead:
       what a forecast that missed this change would be off by;
-    - while the series grows from a level that is not silence, that growth compounded over the lead
+    - while the series grows without passing through silence, that growth compounded over the lead
       (damped): traffic rising out of a trough grows by a share per sample, and a straight line
       through its first samples meets a fraction of what it reaches a startup later.
     """
@@ -360,7 +361,7 @@ def _recent_change(s: SeriesState, steps: int, fc: float) -> tuple[float, ...]:
     if k < 1 or unit <= 1e-9:
         return ()
     out = [(h[-1] - h[-1 - k]) * steps / k / unit]
-    if h[-1] > h[-1 - k] >= COLD_GROWTH_BASE * unit:
+    if h[-1] > h[-1 - k] and min(h[-1 - k :]) >= COLD_GROWTH_BASE * unit:
         per_sample = (h[-1] / h[-1 - k]) ** (1.0 / k)
         exponent = sum(COLD_GROWTH_DAMPING**i for i in range(1, steps + 1))
         grown = h[-1] * min(per_sample**exponent, COLD_GROWTH_CAP)
