@@ -158,6 +158,29 @@ async def test_kv_and_stream_survive_restart(nats_server: NatsServer, no_task_le
     await bus.close()
 
 
+async def test_an_unacknowledged_publish_is_sent_again_and_kept_once(
+    nats_server: NatsServer, no_task_leak: None
+) -> None:
+    # no stream yet (as while a cluster elects its leader): plain subscribers get the decision, the
+    # stream does not answer; with retry_s the publish is sent again until a stream takes it, and its
+    # Nats-Msg-Id keeps a second send of the same decision out of the stream
+    bus = await Bus.connect(BaseSettings(nats_url=nats_server.url), max_wait_s=5)
+    subject = "planner.r.decision"
+    decision = sample_messages("r", 1.0)["decision"]
+    with pytest.raises(Exception, match="no response from stream"):
+        await bus.js_publish(subject, decision, timeout_s=0.5)
+    pending = asyncio.ensure_future(
+        bus.js_publish(subject, decision, timeout_s=0.5, msg_id="r/decision/7", retry_s=10.0)
+    )
+    await asyncio.sleep(0.5)
+    assert not pending.done()
+    await bus.ensure_stream("PLANNER_DECISIONS_R", [subject])
+    assert await asyncio.wait_for(pending, timeout=10.0) == 1
+    assert await bus.js_publish(subject, decision, msg_id="r/decision/7", retry_s=1.0) == 1
+    assert (await bus.js.stream_info("PLANNER_DECISIONS_R")).state.messages == 1
+    await bus.close()
+
+
 async def test_connect_gives_up_with_clear_error() -> None:
     from planner_runtime.natsd import free_port
 

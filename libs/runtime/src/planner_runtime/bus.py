@@ -22,6 +22,7 @@ from nats.js.errors import (
     BadRequestError,
     BucketNotFoundError,
     KeyNotFoundError,
+    NoStreamResponseError,
     NotFoundError,
     ServiceUnavailableError,
 )
@@ -270,9 +271,31 @@ class Bus:
 
         await self._js_retry(once, name)
 
-    async def js_publish(self, subject: str, msg: Any, timeout_s: float = 5.0) -> int:
-        ack = await self.js.publish(subject, encode(msg), timeout=timeout_s)
-        return int(ack.seq)
+    async def js_publish(
+        self,
+        subject: str,
+        msg: Any,
+        timeout_s: float = 5.0,
+        *,
+        msg_id: str | None = None,
+        retry_s: float = 0.0,
+    ) -> int:
+        """Publish to the stream on ``subject`` and wait for its ack; the stream sequence.
+
+        ``msg_id`` (the ``Nats-Msg-Id`` header) makes the stream keep one copy of a message published
+        again within its duplicate window, so with ``retry_s`` > 0 a publish that got no ack (no
+        stream leader during a cluster election, a timeout) is sent again until it is acknowledged:
+        its plain subscribers may already have it, and the stream must not be the one copy missing."""
+        data = encode(msg)
+        headers = None if msg_id is None else {"Nats-Msg-Id": msg_id}
+
+        async def once() -> int:
+            ack = await self.js.publish(subject, data, timeout=timeout_s, headers=headers)
+            return int(ack.seq)
+
+        if retry_s <= 0:
+            return await once()
+        return await self._js_retry(once, subject, total_s=retry_s)
 
     async def kv(self, bucket: str, ttl_s: float | None = None, history: int = 1) -> KeyValue:
         """Bind to ``bucket``, creating it when missing (``ttl_s`` expires keys not refreshed)."""
@@ -305,7 +328,12 @@ class Bus:
         while True:
             try:
                 return await call()
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, ServiceUnavailableError) as exc:
+            except (
+                nats.errors.TimeoutError,
+                nats.errors.NoRespondersError,
+                NoStreamResponseError,
+                ServiceUnavailableError,
+            ) as exc:
                 if loop.time() + delay >= deadline:
                     raise
                 log.warning("jetstream_unavailable", what=what, error=type(exc).__name__, retry_in_s=delay)

@@ -51,6 +51,9 @@ from planner_runtime.service import Service
 _STATE_LOAD_TIMEOUT_S = 2.0
 """How long a newly active decider waits for its saved traffic state (a JetStream read can hang
 through a cluster's leader election) before it starts cold."""
+_PUBLISH_RETRY_S = 20.0
+"""How long a decision is sent again while the stream does not acknowledge it (a NATS cluster
+elects a stream leader in seconds; well within the stream's duplicate window, 2 min by default)."""
 
 _MAX_GPU_GAP_S = 120.0
 """Longer gaps between ticks (a stalled process) are not integrated into GPU-hours."""
@@ -279,7 +282,15 @@ class DeciderService(Service[DeciderSettings]):
         if not self.is_active:
             self.log.warning("not_published", decision_id=decision_id, why="lease lost")
             return
-        await self.bus.js_publish(self.subjects.decision(), decision)
+        # sent again (same Nats-Msg-Id: the stream keeps one) until the stream acknowledges it: an
+        # unacknowledged publish may have reached the actuators but not the stream (no leader during
+        # a NATS cluster election), and a restart reads the last decision from the stream
+        await self.bus.js_publish(
+            self.subjects.decision(),
+            decision,
+            msg_id=f"{self.settings.namespace}/decision/{decision_id}",
+            retry_s=_PUBLISH_RETRY_S,
+        )
         self.book = record(self.book, plan, decision_id, now_s, wait=not self.settings.advisory)
         self.metrics.observe_decision(decision_id, {c: plan.reasons[c] for c in plan.changed})
         self.history.add_decision(
