@@ -16,6 +16,7 @@ from planner_core.policy.horizon import (
     fast_forecast,
     fewest_replicas,
     forecast,
+    intermittent,
     pooled_capacity,
     predicted_attainment,
     update_series,
@@ -117,6 +118,21 @@ def test_a_burst_after_silence_inside_the_window_is_not_compounded() -> None:
     # the same growth without the silence compounds
     ramp = feed([90.0, 100.0, 140.0, 200.0, 280.0, 400.0], lead=5, cfg=cfg)
     assert max(demand_scenarios(ramp, 5, cfg)) > 400.0 * 3
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([100.0] * 12, False),  # steady
+        ([100.0] * 8 + [10.0, 100.0, 100.0, 100.0], True),  # silent 3 samples ago (lead 5)
+        ([100.0] * 4 + [0.0] + [100.0] * 7, False),  # silent 7 samples ago: past the lead
+        ([0.0, 0.0, 300.0] * 4, True),  # on-off
+    ],
+    ids=["steady", "recent_silence", "old_silence", "on_off"],
+)
+def test_intermittent_means_silence_within_the_lead(values: list[float], expected: bool) -> None:
+    s = feed(values, lead=5, cfg=HorizonConfig())
+    assert intermittent(s, 5) is expected
 
 
 @pytest.mark.parametrize("symmetric", [True, False])

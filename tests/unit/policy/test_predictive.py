@@ -4,6 +4,7 @@ candidate in the diagnostics, and the same target_attainment knob moving cost bo
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 from planner_core.policy import DecisionInputs, PolicyConfig, PolicyKind, PolicyState, decide
@@ -81,3 +82,58 @@ def test_a_scale_up_made_before_the_errors_are_measured_is_not_held(shared_data:
     kept, diag = run(shared_data, 0.99, samples=20, desired=20, start=15)
     assert kept == {"prefill": 15, "decode": 15}
     assert diag["prefill.predictive.warming_hold"] == 1.0
+
+
+def _follow(shared: Path, rates: list[float]) -> list[tuple[int, int, float]]:
+    """Per 30 s sample at ``rates`` req/s, the prefill floor, the prefill target (the fleet follows
+    its targets at once, no rate limit) and the floor's binding horizon step."""
+    capacity = _profile(str(shared / "dynamo"))[2]
+    cfg = replace(
+        PolicyConfig(),
+        policy=PolicyKind.COMBINED,
+        max_gpu_budget=-1,
+        down_limit_replicas=1000,
+        down_limit_percent=100.0,
+        up_limit_replicas=1000,
+    )
+    st = PolicyState()
+    fleet = {"prefill": 2, "decode": 2}
+    out = []
+    for i, rate in enumerate(rates):
+        sample = TrafficSample(
+            namespace="t",
+            start_s=30.0 * i,
+            interval_s=30.0,
+            num_requests=30 * rate,
+            mean_isl_tokens=2000.0,
+            mean_osl_tokens=200.0,
+        )
+        reps = {c: ComponentReplicas(desired=n, ready=n) for c, n in fleet.items()}
+        result, st = decide(
+            DecisionInputs(replicas=reps, traffic=sample, capacity=capacity), st, cfg, 30.0 * (i + 1)
+        )
+        fleet = dict(result.targets)
+        step = result.diagnostics.get("prefill.predictive.horizon_step", float("nan"))
+        out.append((st.predictive.floor["prefill"], fleet["prefill"], step))
+    return out
+
+
+def test_on_a_smooth_fall_the_fleet_follows_the_floor_within_a_sample(shared_data: Path) -> None:
+    # a floor covers every sample until a new worker could serve (its binding step is the nearest
+    # one while demand falls), so a scale-down waits one sample, not the 150 s lead
+    rates = [40.0 + (6.0 if i % 2 else -6.0) for i in range(40)] + [40.0 - 2.0 * i for i in range(1, 16)]
+    got = _follow(shared_data, rates)
+    fall = got[40:]
+    assert fall[-1][1] < fall[0][1]  # it came down
+    for (f_prev, _, _), (f, target, _) in pairwise(fall):
+        assert target <= max(f, f_prev)
+    assert any(step < 5 for _, _, step in fall)  # a nearer sample than the lead set the floor
+
+
+def test_intermittent_demand_keeps_its_burst_floors_for_the_lead(shared_data: Path) -> None:
+    # on-off traffic: a burst every 4 samples, silence in between; the floors sized in a burst hold
+    # through the silent spell (a forecast made in silence does not see the next burst coming)
+    rates = [(80.0 if i % 4 == 0 else 0.5) for i in range(60)]
+    got = _follow(shared_data, rates)
+    for i in range(30, 60):
+        assert got[i][1] >= max(f for f, _, _ in got[i - 5 : i + 1])

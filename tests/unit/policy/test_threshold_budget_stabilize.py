@@ -253,6 +253,28 @@ def test_stabilize(history: tuple[Recommendation, ...], rec: int, current: int, 
     assert stabilize("decode", rec, current, history, STAB, 1000.0) == expected
 
 
+def _own(at_s: float, replicas: int) -> Recommendation:
+    return Recommendation(at_s=at_s, component="decode", replicas=replicas, hold_s=150.0)
+
+
+@pytest.mark.parametrize(
+    ("history", "cap", "expected"),
+    [
+        # a floor of 30 s ago, held 150 s, capped to 30 s: still holds (4)
+        ((_own(970, 4), _own(1000, 2)), 30.0, 4),
+        # capped, a floor of 60 s ago no longer holds: the current one (2)
+        ((_own(940, 4), _own(1000, 2)), 30.0, 2),
+        # uncapped it does (intermittent demand: the burst's floor holds for the lead)
+        ((_own(940, 4), _own(1000, 2)), None, 4),
+        # a recommendation without its own hold keeps down_window_s, cap or not
+        ((*recs((800, 4)), _own(1000, 2)), 30.0, 4),
+    ],
+    ids=["cap_within", "cap_over", "no_cap", "cap_ignores_plain"],
+)
+def test_stabilize_hold_cap(history: tuple[Recommendation, ...], cap: float | None, expected: int) -> None:
+    assert stabilize("decode", 2, 5, history, STAB, 1000.0, hold_cap_s=cap) == expected
+
+
 RATE = PolicyConfig(
     rate_period_s=60.0,
     up_limit_replicas=2,

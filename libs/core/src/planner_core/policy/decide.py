@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from planner_core.policy.budget import apply_budget, issuable_targets
 from planner_core.policy.config import PolicyConfig, PolicyKind
 from planner_core.policy.load import admission_blocked, load_policy
-from planner_core.policy.predictive import lead_samples, predictive_floor
+from planner_core.policy.predictive import floor_hold_s, lead_samples, predictive_floor
 from planner_core.policy.stabilize import prune_events, prune_recommendations, rate_limit, stabilize
 from planner_core.policy.threshold import ThresholdMemory, threshold_policy
 from planner_core.policy.throughput import Corrections, forecast_count, throughput_policy, update_corrections
@@ -154,11 +154,12 @@ def decide(
         evaluated = True
 
     predictive = kind is PolicyKind.COMBINED and not compat and cfg.predictive
-    # ours: where the predictive floor sets the target, it already covers the demand up to the first
-    # sample a worker ordered now can serve; a scale-down is held back that long, not down_window_s
+    # ours: where the predictive floor sets the target, it already covers the demand of every sample
+    # until a worker ordered now can serve; a scale-down is held back one sample, not down_window_s
+    # (the lead while the demand is intermittent: see floor_hold_s)
     floor_set: set[str] = set()
     sample_s = inputs.traffic.interval_s if inputs.traffic is not None else cfg.demand_interval_s
-    floor_hold_s = lead_samples(cfg.startup_s, sample_s) * sample_s
+    lead_hold_s = lead_samples(cfg.startup_s, sample_s) * sample_s
     if predictive:
         pres, pst, pdiag = predictive_floor(inputs, st.predictive, cfg, st.decode_correction)
         floor_fresh = floor_fresh or pst.floor != st.predictive.floor
@@ -289,9 +290,11 @@ def decide(
         if compat or c in woken:
             desired[c] = rec
             continue
-        hold = floor_hold_s if c in floor_set else None
+        hold = lead_hold_s if c in floor_set else None
         history = (*history, Recommendation(at_s=now_s, component=c, replicas=rec, hold_s=hold))
-        stable = stabilize(c, rec, current[c], history, cfg, now_s)
+        floored = predictive and c in (PREFILL, DECODE)
+        cap = floor_hold_s(st.predictive, c, cfg.startup_s, sample_s) if floored else None
+        stable = stabilize(c, rec, current[c], history, cfg, now_s, hold_cap_s=cap)
         if stable != rec:
             reasons[c] = Reason.STABILIZED
         limited = rate_limit(c, stable, current[c], events, cfg)

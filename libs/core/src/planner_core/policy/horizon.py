@@ -339,10 +339,10 @@ COLD_GROWTH_CAP = 8.0
 """The most a stand-in growth scenario multiplies the latest sample by over the lead."""
 COLD_GROWTH_DAMPING = 0.95
 """Per step ahead, the share of the measured growth rate carried on (as the trend's damping)."""
-COLD_GROWTH_BASE = 0.25
-"""Growth is compounded only while every sample of its window is at least this share of the slow
-level: out of silence (or through it: on-off traffic) any burst is an "infinite" growth and says
-nothing about the next samples."""
+SILENCE_SHARE = 0.25
+"""A sample below this share of the series' slow level counts as silence. Growth is compounded only
+while no sample of its window is silence: out of silence (or through it: on-off traffic) any burst
+is an "infinite" growth and says nothing about the next samples."""
 
 
 def _recent_change(s: SeriesState, steps: int, fc: float) -> tuple[float, ...]:
@@ -361,12 +361,20 @@ def _recent_change(s: SeriesState, steps: int, fc: float) -> tuple[float, ...]:
     if k < 1 or unit <= 1e-9:
         return ()
     out = [(h[-1] - h[-1 - k]) * steps / k / unit]
-    if h[-1] > h[-1 - k] and min(h[-1 - k :]) >= COLD_GROWTH_BASE * unit:
+    if h[-1] > h[-1 - k] and min(h[-1 - k :]) >= SILENCE_SHARE * unit:
         per_sample = (h[-1] / h[-1 - k]) ** (1.0 / k)
         exponent = sum(COLD_GROWTH_DAMPING**i for i in range(1, steps + 1))
         grown = h[-1] * min(per_sample**exponent, COLD_GROWTH_CAP)
         out.append((grown - fc) / unit)
     return tuple(out)
+
+
+def intermittent(s: SeriesState, steps: int) -> bool:
+    """Whether the series went silent (below :data:`SILENCE_SHARE` of its slow level) in its latest
+    ``steps + 1`` samples: on-off traffic, whose next burst a forecast made in a silent spell does not
+    see coming (the floors sized in the latest bursts do)."""
+    recent = s.history[-(steps + 1) :]
+    return bool(recent) and min(recent) < SILENCE_SHARE * s.slow
 
 
 def predicted_attainment(capacity: float, demands: Sequence[float]) -> float:

@@ -22,6 +22,7 @@ still reacts above it to what the engines report.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import msgspec
@@ -33,6 +34,7 @@ from planner_core.policy.horizon import (
     best_forecast,
     demand_scenarios,
     fewest_replicas,
+    intermittent,
     pooled_capacity,
     update_series,
     uses_fast,
@@ -115,12 +117,12 @@ def predictive_floor(
             service_ms, cfg.ttft_target_ms, cfg.target_attainment, cfg.arrival_variability
         )
         per = prefill_rate_per_replica(service_ms, isl) * util
-        out[PREFILL] = _sized(
-            best_forecast(st.prefill, lead, hcfg),
-            per,
-            demand_scenarios(st.prefill, lead, hcfg),
-            cfg,
-            {"service_ms": service_ms, "utilisation_cap": util},
+        pre_extra: Diagnostics = {"service_ms": service_ms, "utilisation_cap": util}
+        out[PREFILL] = _over_horizon(
+            lambda j: _sized(
+                best_forecast(st.prefill, j, hcfg), per, demand_scenarios(st.prefill, j, hcfg), cfg, pre_extra
+            ),
+            lead,
         )
     if DECODE in comps and inputs.capacity is not None:
         itl_target = cfg.itl_target_ms / decode_correction if decode_correction > 0 else cfg.itl_target_ms
@@ -129,13 +131,17 @@ def predictive_floor(
             per, pooled = thpt * cfg.gpus_per_decode, 1.0 - cfg.decode_max_utilisation
         else:
             per, pooled = thpt * cfg.gpus_per_decode * cfg.decode_max_utilisation, 0.0
-        out[DECODE] = _sized(
-            best_forecast(st.decode, lead, hcfg),
-            per,
-            demand_scenarios(st.decode, lead, hcfg),
-            cfg,
-            {"itl_target_corrected_ms": itl_target},
-            pooled,
+        dec_extra: Diagnostics = {"itl_target_corrected_ms": itl_target}
+        out[DECODE] = _over_horizon(
+            lambda j: _sized(
+                best_forecast(st.decode, j, hcfg),
+                per,
+                demand_scenarios(st.decode, j, hcfg),
+                cfg,
+                dec_extra,
+                pooled,
+            ),
+            lead,
         )
     for c, series in ((PREFILL, st.prefill), (DECODE, st.decode)):
         r = out.get(c)
@@ -154,6 +160,28 @@ def predictive_floor(
     diag["predictive.seasonal"] = float(uses_season(st.prefill, lead, hcfg))
     diag["predictive.fast_trend"] = float(uses_fast(st.prefill, hcfg))
     return out, replace(st, floor=floor), diag
+
+
+def _over_horizon(size: Callable[[int], ComponentResult], lead: int) -> ComponentResult:
+    """The largest of the fleets sized for each sample from the next one to ``lead``: a replica
+    given back now cannot be back before ``lead``, so the floor holds every sample until then, each
+    forecast with what is known now (with the errors measured at the lead: wider than a nearer
+    forecast's). The binding step is in the diagnostics."""
+    best, step = size(lead), lead
+    for j in range(1, lead):
+        r = size(j)
+        if r.target is not None and (best.target is None or r.target > best.target):
+            best, step = r, j
+    return replace(best, diagnostics={**best.diagnostics, "horizon_step": float(step)})
+
+
+def floor_hold_s(st: PredictiveState, component: str, startup_s: float, interval_s: float) -> float:
+    """How long a floor stops a scale-down: one sample (each floor holds the whole horizon itself),
+    or the whole lead while the component's demand is :func:`intermittent`: the floors sized in its
+    latest bursts are the memory of what the next one needs."""
+    lead = lead_samples(startup_s, interval_s)
+    series = st.prefill if component == PREFILL else st.decode
+    return lead * interval_s if intermittent(series, lead) else interval_s
 
 
 def _prefill_service_ms(inputs: DecisionInputs, isl: float) -> float:

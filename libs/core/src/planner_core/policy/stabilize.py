@@ -1,7 +1,7 @@
 """Kubernetes-HPA-style stabilisation and rate limits, with windows measured between timestamps.
 
 Going up, take the smallest recommendation of the up window; going down, the largest of the down
-window (a recommendation may carry its own hold instead); never past the current count in the other
+window (a recommendation may carry its own hold instead, which the caller may cap); never past the current count in the other
 direction (no flipping). Rate limits cap how far the count can move within ``rate_period_s``, from
 the count at the start of that period.
 """
@@ -33,20 +33,26 @@ def stabilize(
     history: Sequence[Recommendation],
     cfg: PolicyConfig,
     now_s: float,
+    hold_cap_s: float | None = None,
 ) -> int:
-    """``history`` must already hold this tick's recommendation."""
+    """``history`` must already hold this tick's recommendation. ``hold_cap_s``: a recommendation
+    that carries its own hold counts for at most this long (None: its whole hold)."""
     mine = [r for r in history if r.component == component]
     if recommendation > current:
         window = [r.replicas for r in mine if now_s - r.at_s <= cfg.up_window_s] or [recommendation]
         return max(current, min(window))
     if recommendation < current:
-        window = [
-            r.replicas
-            for r in mine
-            if now_s - r.at_s <= (cfg.down_window_s if r.hold_s is None else r.hold_s)
-        ] or [recommendation]
+        window = [r.replicas for r in mine if now_s - r.at_s <= _held_for(r, cfg, hold_cap_s)] or [
+            recommendation
+        ]
         return min(current, max(window))
     return current
+
+
+def _held_for(r: Recommendation, cfg: PolicyConfig, hold_cap_s: float | None) -> float:
+    if r.hold_s is None:
+        return cfg.down_window_s
+    return r.hold_s if hold_cap_s is None else min(r.hold_s, hold_cap_s)
 
 
 def rate_limit(
