@@ -242,7 +242,11 @@ def kv_intact(ev: Evidence) -> Check:
     """After the NATS faults: engines still registered, the leases still held, and the actuator's
     state current (it took the newest applied decision of the stream)."""
     assert ev.kv_keys is not None
-    problems = [f"bucket {b} empty" for b, n in sorted(ev.kv_keys.items()) if n <= 0]
+    problems = [
+        f"bucket {b} {'empty' if n == 0 else 'unreadable (no answer after 5 tries)'}"
+        for b, n in sorted(ev.kv_keys.items())
+        if n <= 0
+    ]
     applied = [d.decision_id for d in ev.stream_decisions if not d.advisory]
     st = ev.actuator_state
     if st is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nats.errors import Error as NatsError
-from nats.js.errors import NotFoundError
+from nats.js.errors import BucketNotFoundError, NoKeysError, NotFoundError
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
@@ -25,6 +25,7 @@ from planner_proto import DecodeError, ScalingDecision, decode
 from planner_proto.subjects import ENGINES_BUCKET, STATE_BUCKET
 from planner_runtime.bus import kv_get
 from planner_runtime.lease import LEASES_BUCKET
+from planner_runtime.logs import get_logger
 
 ALL_FAULTS = ("fpm-relay", "regression", "predictor", "decider", NATS, "actuator-circus")
 CLUSTER_DEFAULT = ("fpm-relay", *CLUSTER_FAULTS[:2], "decider", CLUSTER_FAULTS[2], "actuator-circus")
@@ -34,6 +35,9 @@ KNOWN_FAULTS = (*ALL_FAULTS, *CLUSTER_FAULTS)
 it accepted one (mid-scaling; last in the list, when the traffic falls, so ideally mid-drain)."""
 FIRST_AT, LAST_AT = 0.08, 0.72
 """Faults are spread evenly over this part of the traffic (fractions of ``load_s``)."""
+
+
+log = get_logger("planner.chaos")
 
 
 @dataclass(frozen=True)
@@ -188,15 +192,24 @@ async def _evidence(
     )
 
 
-async def _kv_keys(stack: Stack) -> dict[str, int]:
-    """Live keys of the registry and lease buckets."""
+async def _kv_keys(stack: Stack, attempts: int = 5) -> dict[str, int]:
+    """Live keys of the registry and lease buckets; -1 for a bucket that could not be read (a
+    timeout is read again: on a loaded machine a just-restarted cluster can be slow to answer, and
+    that is not an empty bucket)."""
     out: dict[str, int] = {}
     for bucket in (ENGINES_BUCKET, LEASES_BUCKET):
-        try:
-            kv = await stack.bus.js.key_value(bucket)
-            out[bucket] = len(await kv.keys())
-        except NatsError:  # no bucket, or no keys (NoKeysError)
-            out[bucket] = 0
+        out[bucket] = -1
+        for _ in range(attempts):
+            try:
+                kv = await stack.bus.js.key_value(bucket)
+                out[bucket] = len(await kv.keys())
+            except (NoKeysError, BucketNotFoundError):
+                out[bucket] = 0
+            except NatsError as exc:
+                log.warning("kv_keys_unreadable", bucket=bucket, error=str(exc) or type(exc).__name__)
+                await asyncio.sleep(1.0)
+                continue
+            break
     return out
 
 
