@@ -235,6 +235,12 @@ async def run_chaos(cfg: ChaosConfig, console: Console) -> dict[str, Any]:
         await _settle(stack, time.time() + cfg.settle_s)
         await asyncio.sleep(1.0)
         evidence = await _evidence(stack, cfg, t_start, outages)
+        if not checks.decisions_answered(evidence).ok:
+            # a decision issued while the fleet settled or the evidence was read is still in
+            # flight, not lost: it gets the settle time once more before it is judged
+            await _settle(stack, time.time() + cfg.settle_s)
+            await asyncio.sleep(1.0)
+            evidence = await _evidence(stack, cfg, t_start, outages)
         found = checks.run_all(evidence)
         recovered = checks.Check(
             "every service recovered within 2 ticks",
