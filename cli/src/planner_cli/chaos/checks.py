@@ -243,7 +243,7 @@ def kv_intact(ev: Evidence) -> Check:
     state current (it took the newest applied decision of the stream)."""
     assert ev.kv_keys is not None
     problems = [
-        f"bucket {b} {'empty' if n == 0 else 'unreadable (no answer after 5 tries)'}"
+        f"bucket {b} {'empty' if n == 0 else 'unreadable (no answer after retries)'}"
         for b, n in sorted(ev.kv_keys.items())
         if n <= 0
     ]

@@ -159,7 +159,8 @@ def decide(
     # (the lead while the demand is intermittent: see floor_hold_s)
     floor_set: set[str] = set()
     sample_s = inputs.traffic.interval_s if inputs.traffic is not None else cfg.demand_interval_s
-    lead_hold_s = lead_samples(cfg.startup_s, sample_s) * sample_s
+    lead = lead_samples(cfg.startup_s, sample_s)
+    lead_hold_s = lead * sample_s
     if predictive:
         pres, pst, pdiag = predictive_floor(inputs, st.predictive, cfg, st.decode_correction)
         floor_fresh = floor_fresh or pst.floor != st.predictive.floor
@@ -293,7 +294,7 @@ def decide(
         hold = lead_hold_s if c in floor_set else None
         history = (*history, Recommendation(at_s=now_s, component=c, replicas=rec, hold_s=hold))
         floored = predictive and c in (PREFILL, DECODE)
-        cap = floor_hold_s(st.predictive, c, cfg.startup_s, sample_s) if floored else None
+        cap = floor_hold_s(st.predictive, c, lead, sample_s) if floored else None
         stable = stabilize(c, rec, current[c], history, cfg, now_s, hold_cap_s=cap)
         if stable != rec:
             reasons[c] = Reason.STABILIZED

@@ -175,11 +175,10 @@ def _over_horizon(size: Callable[[int], ComponentResult], lead: int) -> Componen
     return replace(best, diagnostics={**best.diagnostics, "horizon_step": float(step)})
 
 
-def floor_hold_s(st: PredictiveState, component: str, startup_s: float, interval_s: float) -> float:
+def floor_hold_s(st: PredictiveState, component: str, lead: int, interval_s: float) -> float:
     """How long a floor stops a scale-down: one sample (each floor holds the whole horizon itself),
-    or the whole lead while the component's demand is :func:`intermittent`: the floors sized in its
-    latest bursts are the memory of what the next one needs."""
-    lead = lead_samples(startup_s, interval_s)
+    or the whole ``lead`` while the component's demand is :func:`intermittent`: the floors sized in
+    its latest bursts are the memory of what the next one needs."""
     series = st.prefill if component == PREFILL else st.decode
     return lead * interval_s if intermittent(series, lead) else interval_s
 
