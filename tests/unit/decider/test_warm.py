@@ -25,6 +25,7 @@ def test_a_fresh_state_comes_back_equal() -> None:
     got, outcome, detail = restore_state(raw, "ns", now_s=1100.0, max_age_s=900.0)
     assert outcome == "restored" and got == st and "100 s" in detail
     assert got is not None and got.prefill.errors  # the forecast record survives, not only the levels
+    assert got.prefill.step_mae[0][0][0] > 0 and got.prefill.step_pending  # and the per-step one
 
 
 def _tamper(raw: bytes, **changes: object) -> bytes:

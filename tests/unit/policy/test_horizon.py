@@ -3,6 +3,8 @@ attainment and the fewest replicas that reach a target."""
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import replace
 
 import pytest
@@ -12,6 +14,7 @@ from planner_core.policy.horizon import (
     PRIOR_ERRORS,
     HorizonConfig,
     SeriesState,
+    best_forecast,
     demand_scenarios,
     fast_forecast,
     fewest_replicas,
@@ -19,6 +22,7 @@ from planner_core.policy.horizon import (
     intermittent,
     pooled_capacity,
     predicted_attainment,
+    step_scale,
     update_series,
 )
 
@@ -50,9 +54,12 @@ def test_a_rising_series_is_extrapolated_upwards() -> None:
     assert forecast(s, 4, CFG) > forecast(s, 1, CFG)
 
 
-def test_forecast_is_never_negative() -> None:
+def test_a_fall_is_extrapolated_past_zero_but_demand_never_is() -> None:
+    # the forecast the errors are measured against keeps its sign; what is sized for does not
     s = feed([1000.0, 500.0, 100.0, 0.0, 0.0, 0.0], lead=10)
-    assert forecast(s, 10, CFG) >= 0.0
+    assert fast_forecast(s, 10, CFG) < 0.0
+    assert best_forecast(s, 10, CFG) == 0.0
+    assert min(demand_scenarios(s, 10, CFG)) >= 0.0
 
 
 def test_bursts_between_zeros_do_not_explode_the_scenarios() -> None:
@@ -313,3 +320,40 @@ def test_pooled_headroom_grows_with_the_square_root_of_the_fleet(
     assert pooled_capacity(1, 0.25) == pytest.approx(0.75) and pooled_capacity(0, 0.25) == 0.0
     spare = [k - pooled_capacity(k, 0.25) for k in (1, 4, 9, 16)]
     assert spare == pytest.approx([0.25, 0.5, 0.75, 1.0])
+
+
+@pytest.mark.parametrize(
+    ("record", "steps", "expected"),
+    [
+        (((6, 0.2), (6, 0.3), (6, 0.8)), 1, 0.25),  # measured: the ratio of mean absolute errors
+        (((6, 0.2), (6, 0.3), (6, 0.8)), 2, 0.375),
+        (((6, 0.2), (6, 0.3), (6, 0.8)), 3, 1.0),  # the lead itself
+        (((5, 0.2), (6, 0.3), (6, 0.8)), 1, 1.0),  # the step not measured enough yet
+        (((6, 0.2), (6, 0.3), (5, 0.8)), 1, 1.0),  # the lead not measured enough yet
+        (((6, 0.9), (6, 0.3), (6, 0.8)), 1, 1.0),  # never wider than the lead
+        (((6, 0.2), (6, 0.3), (6, 0.0)), 1, 1.0),  # no error at the lead: nothing to scale
+        (((6, 0.2), (6, 0.3)), 1, 1.0),  # a record for another lead
+    ],
+)
+def test_step_scale(record: tuple[tuple[int, float], ...], steps: int, expected: float) -> None:
+    s = SeriesState(step_mae=(record, record, record))
+    assert step_scale(s, 1, steps, 3, HorizonConfig(min_errors=6)) == pytest.approx(expected)
+
+
+def test_nearer_steps_of_smooth_traffic_are_sized_with_narrower_errors() -> None:
+    # a smooth wave: a forecast one sample ahead misses by a fraction of one made at the lead
+    values = [1000.0 - 800.0 * math.cos(2 * math.pi * i / 40) for i in range(60)]
+    s = feed(values, lead=5)
+    assert step_scale(s, 1, 1, 5, CFG) < 0.6  # the fast trend's record
+    near, at_lead = demand_scenarios(s, 1, CFG, lead=5), demand_scenarios(s, 1, CFG)
+    assert max(near) - min(near) < 0.7 * (max(at_lead) - min(at_lead))
+
+
+def test_nearer_steps_of_bursty_traffic_keep_the_lead_errors() -> None:
+    # on-off bursts: the next sample is nearly as uncertain as the lead's (the fast trend, which
+    # extrapolates the noise further at the lead, a little less)
+    rng = random.Random(7)
+    values = [1000.0 * rng.random() if rng.random() < 0.4 else 0.0 for _ in range(120)]
+    s = feed(values, lead=5)
+    assert step_scale(s, 0, 1, 5, CFG) > 0.8
+    assert step_scale(s, 1, 1, 5, CFG) > 0.6

@@ -228,7 +228,38 @@ def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun], frontier:
     )
 
 
+@dataclass(frozen=True)
+class FrontierPlot:
+    """One trace's column of the frontier chart: each policy's runs and both limits."""
+
+    trace: str
+    startup_s: float
+    oracle_gpu_hours: float
+    clairvoyant_gpu_hours: float
+    policies: dict[str, list[Point]]
+
+
 def plot_frontier(path: str, preps: Sequence[TracePrep], runs: Sequence[PolicyRun]) -> None:
+    """The frontier chart of a bench run (:func:`plot_frontier_data`)."""
+    plot_frontier_data(
+        path,
+        [
+            FrontierPlot(
+                trace=p.name,
+                startup_s=p.clairvoyant.startup_s,
+                oracle_gpu_hours=p.oracle_gpu_hours,
+                clairvoyant_gpu_hours=p.clairvoyant_gpu_hours,
+                policies={
+                    row.policy: [Point(q.gpu_hours, q.summary.sla_attainment_pct) for q in row.points]
+                    for row in policy_rows(p.name, runs)
+                },
+            )
+            for p in preps
+        ],
+    )
+
+
+def plot_frontier_data(path: str, traces: Sequence[FrontierPlot]) -> None:
     """Attainment vs GPU-hours per policy, one column per trace (top: all of it; bottom: zoomed on
     90-100 %), with both limits as vertical lines. Every knob's run is a dot; the line is the policy's
     frontier (the best attainment it reached for at most those GPU-hours, what the tables
@@ -238,28 +269,27 @@ def plot_frontier(path: str, preps: Sequence[TracePrep], runs: Sequence[PolicyRu
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, len(preps), figsize=(7 * len(preps), 9), squeeze=False)
-    for j, p in enumerate(preps):
+    fig, axes = plt.subplots(2, len(traces), figsize=(7 * len(traces), 9), squeeze=False)
+    for j, t in enumerate(traces):
         for k, ax in enumerate((axes[0][j], axes[1][j])):
-            for row in policy_rows(p.name, runs):
-                pts = [Point(q.gpu_hours, q.summary.sla_attainment_pct) for q in row.points]
+            for policy, pts in t.policies.items():
                 env = envelope(pts)
                 (line,) = ax.plot(
                     [q.gpu_hours for q in env], [q.attainment_pct for q in env], marker="o", markersize=4,
-                    label=row.policy,
+                    label=policy,
                 )  # fmt: skip
                 ax.scatter(
                     [q.gpu_hours for q in pts], [q.attainment_pct for q in pts], s=14, color=line.get_color(),
                     alpha=0.5,
                 )  # fmt: skip
-            ax.axvline(p.oracle_gpu_hours, color="k", linestyle=":", label="oracle (instant)")
-            ax.axvline(p.clairvoyant_gpu_hours, color="k", linestyle="--", label="clairvoyant (pays startup)")
+            ax.axvline(t.oracle_gpu_hours, color="k", linestyle=":", label="oracle (instant)")
+            ax.axvline(t.clairvoyant_gpu_hours, color="k", linestyle="--", label="clairvoyant (pays startup)")
             for lvl in (95.0, 99.0):
                 ax.axhline(lvl, color="grey", linewidth=0.6)
             ax.set_xlabel("GPU-hours")
             ax.set_ylabel("SLA attainment %")
             if k == 0:
-                ax.set_title(f"{p.name} (startup {p.clairvoyant.startup_s:g} s)")
+                ax.set_title(f"{t.trace} (startup {t.startup_s:g} s)")
                 ax.set_ylim(0.0, 100.5)
                 ax.legend(fontsize=7, loc="lower right")
             else:

@@ -9,7 +9,8 @@ the error (actual - forecast) of every forecast made ``lead`` samples earlier: a
 traffic's bursts at the sample granularity. Errors are kept in units of the series' slow level (a
 long moving average), so they carry over as the traffic grows or shrinks, and a forecast near zero
 (bursty traffic between bursts) does not turn a burst into an infinite ratio. Until enough errors
-are in, a prior spread stands in.
+are in, a prior spread stands in. A nearer step than the lead scales those errors by how much
+smaller the forecaster's errors at that step have been (:func:`step_scale`).
 
 :func:`predicted_attainment` turns this into the number operators ask for: with capacity C tokens/s
 and demand scenarios D_i = max(0, F + e_i * slow level), the share of the demand served is
@@ -55,6 +56,13 @@ class SeriesState:
     """A second, faster Holt (``fast_alpha``...): it follows a ramp that the steady one lags."""
     fast_pending: tuple[tuple[int, float, float], ...] = ()
     fast_errors: tuple[float, ...] = ()
+    step_pending: tuple[tuple[float, ...], ...] = ()
+    """(sample index it is for, steps ahead, slow level then, steady forecast, fast forecast[, seasonal
+    forecast]) of the forecasts made for every step from the next sample to the lead."""
+    step_mae: tuple[tuple[tuple[int, float], ...], ...] = ()
+    """Per forecaster (steady, fast, seasonal), per step 1..lead: (forecasts scored, mean absolute
+    error in slow levels over about the latest ``step_memory``): how much nearer forecasts miss by,
+    against the lead's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +99,8 @@ class HorizonConfig:
     early_season_margin: float = 0.5
     """With fewer than ``min_errors`` scored, the season's mean absolute error must be at most this
     share of the trend forecaster's over the same samples."""
+    step_memory: int = 60
+    """Forecasts the per-step mean absolute errors average over (an exponential window)."""
     symmetric: bool = True
     """Each measured error of the trend forecaster also stands for its mirror image (one that
     over-forecast a fall under-forecasts the next rise by as much, and a record from one phase of the
@@ -136,6 +146,7 @@ def update_series(
     pending, errors = _settle(s.pending, s.errors, index, value, cfg.max_errors)
     s_pending, s_errors = _settle(s.seasonal_pending, s.seasonal_errors, index, value, cfg.max_errors)
     f_pending, f_errors = _settle(s.fast_pending, s.fast_errors, index, value, cfg.max_errors)
+    step_pending, step_mae = _settle_steps(s, index, value, lead_samples, cfg.step_memory)
     level, trend = _holt(s.level, s.trend, value, s.samples, cfg.alpha, cfg.beta, cfg.damping)
     f_level, f_trend = _holt(
         s.fast_level, s.fast_trend, value, s.samples, cfg.fast_alpha, cfg.fast_beta, cfg.fast_damping
@@ -151,6 +162,10 @@ def update_series(
     if period != s.period:
         # another season is another forecaster: its record is what it would have said so far
         s_pending, s_errors = (), _backtest_season(history, period, lead_samples, slow, cfg.max_errors)
+        step_mae = (
+            *step_mae[:_SEASONAL],
+            _backtest_season_steps(history, period, lead_samples, slow, cfg.step_memory),
+        )
     nxt = SeriesState(
         level=level,
         trend=trend,
@@ -167,9 +182,23 @@ def update_series(
         fast_trend=f_trend,
         fast_pending=f_pending,
         fast_errors=f_errors,
+        step_pending=step_pending,
+        step_mae=step_mae,
     )
     if nxt.samples < max(cfg.warmup_samples, lead_samples):
         return nxt
+    steps = tuple(
+        (
+            index + j,
+            j,
+            slow,
+            forecast(nxt, j, cfg),
+            fast_forecast(nxt, j, cfg),
+            *_present(seasonal_forecast(nxt, j)),
+        )
+        for j in range(1, lead_samples + 1)
+    )
+    nxt = replace(nxt, step_pending=(*nxt.step_pending, *steps))
     fc = forecast(nxt, lead_samples, cfg)
     ffc = fast_forecast(nxt, lead_samples, cfg)
     nxt = replace(
@@ -181,6 +210,45 @@ def update_series(
     if sfc is not None:
         nxt = replace(nxt, seasonal_pending=(*nxt.seasonal_pending, (index + lead_samples, sfc, slow)))
     return nxt
+
+
+_STEADY, _FAST, _SEASONAL = 0, 1, 2
+
+
+def _present(x: float | None) -> tuple[float, ...]:
+    return () if x is None else (x,)
+
+
+def _settle_steps(
+    s: SeriesState, index: int, value: float, lead: int, memory: int
+) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[tuple[int, float], ...], ...]]:
+    """Score every forecaster's forecasts made for sample ``index`` at each step ahead into its
+    per-step mean absolute error (a new lead starts the record again)."""
+    if len(s.step_mae) != 3 or any(len(r) != lead for r in s.step_mae):
+        return (), tuple(tuple((0, 0.0) for _ in range(lead)) for _ in range(3))
+    mae = [list(r) for r in s.step_mae]
+    left: list[tuple[float, ...]] = []
+    for entry in s.step_pending:
+        idx, j, slow = round(entry[0]), round(entry[1]), entry[2]
+        if idx > index:
+            left.append(entry)
+        elif idx == index and slow > 1e-9 and 1 <= j <= lead:
+            for f, fc in enumerate(entry[3:6]):
+                n, m = mae[f][j - 1]
+                mae[f][j - 1] = (n + 1, m + (abs(value - fc) / slow - m) / min(n + 1, memory))
+    return tuple(left), tuple(tuple(r) for r in mae)
+
+
+def step_scale(s: SeriesState, forecaster: int, steps: int, lead: int, cfg: HorizonConfig) -> float:
+    """How much narrower the forecaster's errors ``steps`` ahead have been than at the ``lead``: the
+    ratio of their mean absolute errors (at most 1; 1 until both have ``min_errors`` scored)."""
+    rec = s.step_mae[forecaster] if len(s.step_mae) == 3 else ()
+    if steps >= lead or len(rec) < lead:
+        return 1.0
+    (n_j, m_j), (n_lead, m_lead) = rec[steps - 1], rec[lead - 1]
+    if min(n_j, n_lead) < cfg.min_errors or m_lead <= 1e-12:
+        return 1.0
+    return min(m_j / m_lead, 1.0)
 
 
 def find_period(history: Sequence[float], lead_samples: int, min_correlation: float) -> int:
@@ -237,6 +305,18 @@ def _backtest_season(
     return tuple(errs)
 
 
+def _backtest_season_steps(
+    history: Sequence[float], period: int, lead: int, unit: float, memory: int
+) -> tuple[tuple[int, float], ...]:
+    """Per step 1..lead, (errors back-tested, their mean absolute value in ``unit``) of the seasonal
+    forecast with this period over the latest ``memory`` samples of the history."""
+    out: list[tuple[int, float]] = []
+    for j in range(1, lead + 1):
+        errs = [abs(e) for e in _backtest_season(history, period, j, unit, memory)]
+        out.append((len(errs), sum(errs) / len(errs) if errs else 0.0))
+    return tuple(out)
+
+
 def _seasonal(h: Sequence[float], p: int, steps: int, n: int | None = None) -> float | None:
     """The seasonal forecast made after the first ``n`` samples of ``h`` (default: all)."""
     n = len(h) if n is None else n
@@ -246,15 +326,17 @@ def _seasonal(h: Sequence[float], p: int, steps: int, n: int | None = None) -> f
     base = sum(h[max(at - 1, 0) : at + 2]) / len(h[max(at - 1, 0) : at + 2])
     recent = sum(h[n - steps : n]) / steps
     before = sum(h[n - steps - p : n - p]) / steps
-    return max(base + recent - before, 0.0)
+    return base + recent - before
 
 
 def _ahead(level: float | None, trend: float, damping: float, steps: int) -> float:
-    """A damped-trend forecast ``steps`` samples ahead (never negative; 0 before any data)."""
+    """A damped-trend forecast ``steps`` samples ahead (0 before any data). Below zero it is kept as
+    it is: its errors are measured against it, so a fall extrapolated past zero plus its error is the
+    trough's demand, where a forecast clipped to zero plus a peak's error would be a peak's."""
     if level is None:
         return 0.0
     damp = sum(damping**k for k in range(1, max(steps, 0) + 1))
-    return max(level + damp * trend, 0.0)
+    return level + damp * trend
 
 
 def forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
@@ -315,24 +397,32 @@ def uses_season(s: SeriesState, steps: int, cfg: HorizonConfig) -> bool:
 def best_forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
     """The forecast ``steps`` ahead that :func:`demand_scenarios` starts from."""
     if uses_season(s, steps, cfg):
-        return seasonal_forecast(s, steps) or 0.0
-    return _trend(s, steps, cfg)[0]
+        return max(_or_zero(seasonal_forecast(s, steps)), 0.0)
+    return max(_trend(s, steps, cfg)[0], 0.0)
 
 
-def demand_scenarios(s: SeriesState, steps: int, cfg: HorizonConfig) -> tuple[float, ...]:
+def demand_scenarios(
+    s: SeriesState, steps: int, cfg: HorizonConfig, lead: int | None = None
+) -> tuple[float, ...]:
     """Demand ``steps`` ahead under each measured error of the better forecast (the prior blended in
-    while there are fewer than ``min_errors``)."""
+    while there are fewer than ``min_errors``). The errors are those measured at the ``lead``
+    (default: ``steps``); a nearer step scales them by :func:`step_scale`."""
     if uses_season(s, steps, cfg):
-        fc = seasonal_forecast(s, steps) or 0.0
-        errors = s.seasonal_errors
+        fc = _or_zero(seasonal_forecast(s, steps))
+        errors, kind = s.seasonal_errors, _SEASONAL
     else:
         fc, errors = _trend(s, steps, cfg)
+        kind = _FAST if uses_fast(s, cfg) else _STEADY
         if len(errors) < cfg.min_errors:
             errors = (*PRIOR_ERRORS, *_recent_change(s, steps, fc), *errors)
         if cfg.symmetric:
             errors = (*errors, *(-e for e in errors))
-    unit = max(s.slow, 0.0)
+    unit = max(s.slow, 0.0) * step_scale(s, kind, steps, steps if lead is None else lead, cfg)
     return tuple(max(fc + e * unit, 0.0) for e in errors)
+
+
+def _or_zero(x: float | None) -> float:
+    return 0.0 if x is None else x
 
 
 COLD_GROWTH_CAP = 8.0

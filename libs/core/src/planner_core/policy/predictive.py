@@ -120,7 +120,11 @@ def predictive_floor(
         pre_extra: Diagnostics = {"service_ms": service_ms, "utilisation_cap": util}
         out[PREFILL] = _over_horizon(
             lambda j: _sized(
-                best_forecast(st.prefill, j, hcfg), per, demand_scenarios(st.prefill, j, hcfg), cfg, pre_extra
+                best_forecast(st.prefill, j, hcfg),
+                per,
+                demand_scenarios(st.prefill, j, hcfg, lead),
+                cfg,
+                pre_extra,
             ),
             lead,
         )
@@ -136,7 +140,7 @@ def predictive_floor(
             lambda j: _sized(
                 best_forecast(st.decode, j, hcfg),
                 per,
-                demand_scenarios(st.decode, j, hcfg),
+                demand_scenarios(st.decode, j, hcfg, lead),
                 cfg,
                 dec_extra,
                 pooled,
@@ -165,8 +169,8 @@ def predictive_floor(
 def _over_horizon(size: Callable[[int], ComponentResult], lead: int) -> ComponentResult:
     """The largest of the fleets sized for each sample from the next one to ``lead``: a replica
     given back now cannot be back before ``lead``, so the floor holds every sample until then, each
-    forecast with what is known now (with the errors measured at the lead: wider than a nearer
-    forecast's). The binding step is in the diagnostics."""
+    forecast with what is known now (with the lead's errors scaled to that step by
+    :func:`~planner_core.policy.horizon.step_scale`). The binding step is in the diagnostics."""
     best, step = size(lead), lead
     for j in range(1, lead):
         r = size(j)
