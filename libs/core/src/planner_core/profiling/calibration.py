@@ -21,7 +21,8 @@ BACKENDS = ("vllm", "sglang", "trtllm")
 # the fitted fields, in the table's flat form (the all-reduce latency as comm_latency_s)
 FITTED_FIELDS = (
     "e_gemm", "n_half_ridge", "e_attn", "attn_half_keys", "e_mem", "step_overhead_s", "layer_overhead_s", "seq_overhead_s",
-    "w_mix", "w_queue", "w_ttft_steps", "w_kv_wait", "ttft_fixed_s", "kv_output_share", "moe_efficiency", "comm_latency_s",
+    "w_mix", "w_queue", "w_ttft_steps", "w_kv_wait", "ttft_fixed_s", "kv_output_share", "moe_efficiency", "moe_compute_efficiency",
+    "comm_latency_s",
 )  # fmt: skip
 
 

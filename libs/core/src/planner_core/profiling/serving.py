@@ -10,12 +10,17 @@ One engine of ``tp`` GPUs. A pass of ``n`` new tokens over context costs, kernel
   bytes per weight / 2 rows, where compute time meets weight-streaming time, so the curve moves with
   the GPU and the format rather than sitting at a fixed row count): ``m = n`` for dense layers, and
   for routed experts the tokens each touched expert receives, ``n k / E_touched`` (1024 tokens over
-  128 experts x top-8 give each expert GEMM ~64 rows). The weights are those the pass touches (for
+  128 experts x top-8 give each expert GEMM ~64 rows), times ``moe_compute_efficiency`` (grouped
+  GEMMs, routing and token permutation: fitted at ~0.2 of a dense GEMM at the same rows, shared by
+  every GPU; without it long MoE prompts came out ~20-40 % too fast while short ones fitted, as the
+  weights bound them). The weights are those the pass touches (for
   MoE, ``E_touched = E (1 - (1 - k/E)^n)`` experts per layer) at the HBM bandwidth times ``e_mem``;
   under expert parallelism (whole experts spread over the TP group) the experts' FLOPs and bytes are
   those of the busiest GPU (:func:`ep_imbalance`);
 - attention: ``max(causal attention FLOPs at the BF16 peak x e_attn x L / (L + attn_half_keys), KV read /
-  bandwidth)``, L the keys per query of the pass (short rows do not fill FlashAttention's tiles);
+  bandwidth)``, L the keys per query of the pass (short rows do not fill FlashAttention's tiles); in
+  sliding-window layers (gpt-oss: 18 of 36 layers see the last 128 tokens) a query attends to and
+  reads at most the window, so their pairs and KV reads are counted apart (:func:`prompt_pairs`);
 - all-reduces from :mod:`planner_core.profiling.tp_comms`.
 
 Serving at concurrency ``B`` with prompts of ``isl`` and ``osl`` outputs, in steady state: the
@@ -82,6 +87,9 @@ class ServingParams:
     kv_output_share: float = 0.5
     # routed experts stream at this share of the dense weights' bandwidth (many small grouped GEMMs)
     moe_efficiency: float = 1.0
+    # routed experts' GEMMs run at this share of a dense GEMM's efficiency at the same rows (grouped
+    # GEMMs over uneven groups, routing, token permutation and the weighted sum around them)
+    moe_compute_efficiency: float = 1.0
     comm: CommParams = field(default_factory=CommParams)
     mem_util: float = 0.9
 
@@ -123,6 +131,42 @@ class _Shape:
     layers: int
     hidden: int
     ep: int = 1
+    window_tokens: float = 0.0  # keys a sliding-window layer sees (0: every layer attends in full)
+    window_flop_share: float = 0.0  # share of attn_flops_pair in sliding-window layers
+    window_kv_share: float = 0.0  # share of kv_token_bytes in sliding-window layers
+
+
+def _windows(model: ModelConfig) -> tuple[float, float, float]:
+    """(window, share of the attention FLOPs, share of the KV bytes per token) of the model's
+    sliding-window (or chunked) layers; the most common window stands for all of them."""
+    windowed = [layer for layer in model.layers if layer.window_tokens is not None and layer.kind != "full"]
+    if not windowed or model.mla is not None:
+        return 0.0, 0.0, 0.0
+    sizes = [layer.window_tokens or 0 for layer in windowed]
+    w = max(set(sizes), key=sizes.count)
+    flops = sum(layer.head_dim for layer in windowed) / sum(layer.head_dim for layer in model.layers)
+    per_token = model.kv_bytes_per_token("auto", 1)
+    # between contexts w and 2w only the full layers' KV grows
+    full = (model.kv_bytes_per_request(2 * w) - model.kv_bytes_per_request(w)) / w
+    return float(w), flops, 1.0 - full / per_token if per_token > 0 else 0.0
+
+
+def windowed(tokens: float, window: float) -> float:
+    """Keys a query at context ``tokens`` sees: all of them, or at most ``window`` (0 = no window)."""
+    return min(tokens, window) if window > 0 else tokens
+
+
+def prompt_pairs(done: float, n: float, window: float = 0.0) -> float:
+    """Causal query-key pairs of ``n`` prompt tokens after ``done`` cached ones, each query seeing at
+    most ``window`` keys (0 = all): ``n done + n^2 / 2`` without a window, about ``n window`` once
+    the prompt is longer than it."""
+
+    def upto(x: float) -> float:
+        if window <= 0 or x <= window:
+            return 0.5 * x * x
+        return 0.5 * window * window + window * (x - window)
+
+    return upto(done + n) - upto(done)
 
 
 def _shape(model: ModelConfig, pt: ServingPoint) -> _Shape:
@@ -145,6 +189,7 @@ def _shape(model: ModelConfig, pt: ServingPoint) -> _Shape:
     head = model.embedding_params() * (1 if model.tie_word_embeddings else 2)
     dense = (total - routed_total - head) * bits / 8 + head * 2.0
     per_elem = pt.kv_bytes / model.dtype_bytes if model.dtype_bytes else 1.0
+    window, window_flops, window_kv = _windows(model)
     return _Shape(
         lin_flops_token=2.0 * (active - routed_active) / tp,
         expert_flops_token=2.0 * routed_active / tp,
@@ -158,6 +203,9 @@ def _shape(model: ModelConfig, pt: ServingPoint) -> _Shape:
         layers=model.num_layers,
         hidden=model.hidden_size,
         ep=pt.ep if moe is not None else 1,
+        window_tokens=window,
+        window_flop_share=window_flops,
+        window_kv_share=window_kv,
     )
 
 
@@ -214,13 +262,14 @@ def gemm_efficiency(tokens: float, p: ServingParams, ridge: float) -> float:
 
 def pass_s(
     s: _Shape, gpu: GpuSpec, fmt: str, tp: int, new_tokens: float, kv_read_tokens: float, pairs: float,
-    p: ServingParams,
+    p: ServingParams, window_kv_read: float | None = None, window_pairs: float | None = None,
 ) -> float:  # fmt: skip
     """One forward pass: ``new_tokens`` computed, ``kv_read_tokens`` of KV read, ``pairs`` attention
-    query-key pairs. Each kind of kernel is bound by its own roofline and the kinds run one after
-    another: the GEMMs take ``max(compute, weights / bandwidth)``, attention ``max(compute, KV /
-    bandwidth)``. A routed expert's GEMM has only the tokens routed to it as rows, so its efficiency
-    follows the tokens per touched expert, not the tokens of the pass."""
+    query-key pairs (in a full-attention layer; ``window_kv_read`` and ``window_pairs`` are those of a
+    sliding-window layer, the same when not given). Each kind of kernel is bound by its own roofline
+    and the kinds run one after another: the GEMMs take ``max(compute, weights / bandwidth)``,
+    attention ``max(compute, KV / bandwidth)``. A routed expert's GEMM has only the tokens routed to
+    it as rows, so its efficiency follows the tokens per touched expert, not the tokens of the pass."""
     peak = _peak_flops(gpu, fmt)
     bw = gpu.hbm_gb_s * 1e9 * p.e_mem
     ridge = ridge_rows(gpu, fmt)
@@ -229,25 +278,36 @@ def pass_s(
     tok_skew, exp_skew = ep_imbalance(s, new_tokens, touched)
     if s.experts:
         per_expert = new_tokens * s.topk / touched
-        gemm += tok_skew * s.expert_flops_token * new_tokens / (peak * gemm_efficiency(per_expert, p, ridge))
+        eff = gemm_efficiency(per_expert, p, ridge) * p.moe_compute_efficiency
+        gemm += tok_skew * s.expert_flops_token * new_tokens / (peak * eff)
     gemm = max(gemm, _weights_read(s, touched * exp_skew, p.moe_efficiency) / bw)
-    e_attn = p.e_attn
-    if p.attn_half_keys > 0 and pairs > 0:
-        keys = pairs / max(new_tokens, 1.0)
-        e_attn *= keys / (keys + p.attn_half_keys)
-    attn = max(
-        s.attn_flops_pair * pairs / (gpu.bf16_tflops * 1e12 * e_attn),
-        s.kv_token_bytes * kv_read_tokens / bw,
-    )
+    w_pairs = pairs if window_pairs is None else window_pairs
+    w_kv = kv_read_tokens if window_kv_read is None else window_kv_read
+    ws, wk = s.window_flop_share, s.window_kv_share
+    attn_flops = _attn_s(s.attn_flops_pair * (1.0 - ws), pairs, new_tokens, gpu, p)
+    attn_flops += _attn_s(s.attn_flops_pair * ws, w_pairs, new_tokens, gpu, p)
+    attn = max(attn_flops, s.kv_token_bytes * ((1.0 - wk) * kv_read_tokens + wk * w_kv) / bw)
     comm = pass_comm_s(new_tokens, s.hidden, s.layers, tp, gpu, 2.0, p.comm)
     return gemm + attn + p.step_overhead_s + s.layers * p.layer_overhead_s + comm
 
 
+def _attn_s(flops_pair: float, pairs: float, new_tokens: float, gpu: GpuSpec, p: ServingParams) -> float:
+    """Attention compute of ``pairs`` query-key pairs over ``new_tokens`` queries."""
+    if flops_pair <= 0 or pairs <= 0:
+        return 0.0
+    e_attn = p.e_attn
+    if p.attn_half_keys > 0:
+        keys = pairs / max(new_tokens, 1.0)
+        e_attn *= keys / (keys + p.attn_half_keys)
+    return flops_pair * pairs / (gpu.bf16_tflops * 1e12 * e_attn)
+
+
 def prefill_s(s: _Shape, gpu: GpuSpec, pt: ServingPoint, p: ServingParams) -> float:
-    done, total = 0, 0.0
+    done, total, w = 0, 0.0, s.window_tokens
     while done < pt.isl:
         n = min(p.chunk_tokens, pt.isl - done)
-        total += pass_s(s, gpu, pt.weight_format, pt.tp, n, done, n * done + 0.5 * n * n, p)
+        total += pass_s(s, gpu, pt.weight_format, pt.tp, n, done, prompt_pairs(done, n), p,
+                        windowed(done, w), prompt_pairs(done, n, w))  # fmt: skip
         done += n
     return total
 
@@ -285,10 +345,13 @@ class ServingTiming:
         pt = ServingPoint(1, 1, 1, tp=tp, weight_format=weight_format, kv_bytes=kv_bytes, ep=ep)
         return cls(_shape(model, pt), gpu, weight_format, tp, params or ServingParams())
 
-    def raw_pass_s(self, new_tokens: float, kv_read_tokens: float, pairs: float) -> float:
+    def raw_pass_s(
+        self, new_tokens: float, kv_read_tokens: float, pairs: float, window_kv_read: float | None = None,
+        window_pairs: float | None = None,
+    ) -> float:  # fmt: skip
         """:func:`pass_s` of this engine (no per-request host cost)."""
         return pass_s(self.shape, self.gpu, self.weight_format, self.tp, new_tokens, kv_read_tokens, pairs,
-                      self.params)  # fmt: skip
+                      self.params, window_kv_read, window_pairs)  # fmt: skip
 
     def pass_time_s(
         self, prefill_tokens: int, prefill_kv_tokens: int, num_decode: int, decode_kv_tokens: int
@@ -298,9 +361,14 @@ class ServingTiming:
         the host cost per running request (``seq_overhead_s``)."""
         if prefill_tokens <= 0 and num_decode <= 0:
             return 0.0
-        t = float(prefill_tokens)
-        pairs = t * prefill_kv_tokens + 0.5 * t * t + decode_kv_tokens
-        work = self.raw_pass_s(t + num_decode, prefill_kv_tokens + decode_kv_tokens, pairs)
+        t, w = float(prefill_tokens), self.shape.window_tokens
+        pairs = prompt_pairs(prefill_kv_tokens, t) + decode_kv_tokens
+        # a decode request at context k reads and attends to min(k, window) keys in a windowed layer
+        dec_w = num_decode * windowed(decode_kv_tokens / num_decode, w) if num_decode > 0 else 0.0
+        work = self.raw_pass_s(
+            t + num_decode, prefill_kv_tokens + decode_kv_tokens, pairs,
+            windowed(prefill_kv_tokens, w) + dec_w, prompt_pairs(prefill_kv_tokens, t, w) + dec_w,
+        )  # fmt: skip
         return work + self.params.seq_overhead_s * num_decode
 
     def prefill_s(self, isl: int) -> float:
@@ -336,11 +404,17 @@ def serve(
     held = isl + p.kv_output_share * osl
     running = max(1, min(concurrency, max_seqs, int(kv_tokens // max(held, 1.0))))
     ctx = isl + osl / 2.0
-    dec = timing.raw_pass_s(running, running * ctx, running * ctx)
+    w = timing.shape.window_tokens
+    dec_w = running * windowed(ctx, w)  # KV read and pairs of the decodes in a windowed layer
+    dec = timing.raw_pass_s(running, running * ctx, running * ctx, dec_w, dec_w)
     pf = timing.prefill_s(isl)
     # steady state: the other requests' prompts (isl each, one per osl steps) ride in the decode steps
     mix = p.w_mix * (running - 1) * isl / max(osl, 1)
-    tpot = timing.raw_pass_s(running + mix, running * ctx + mix * isl / 2.0, running * ctx + mix * isl / 2.0)
+    mix_w = mix * prompt_pairs(0, isl, w) / max(isl, 1)  # a prompt token's pairs in a windowed layer
+    tpot = timing.raw_pass_s(
+        running + mix, running * ctx + mix * isl / 2.0, running * ctx + mix * isl / 2.0,
+        dec_w + mix * windowed(isl / 2.0, w), dec_w + mix_w,
+    )  # fmt: skip
     tpot += p.seq_overhead_s * running
     cycle = pf + osl * tpot
     ttft = p.ttft_fixed_s + pf * (1.0 + p.w_queue * (running - 1))

@@ -140,6 +140,7 @@ _SHARED: tuple[tuple[str, float, float], ...] = (
     ("w_ttft_steps", 0.0, 30.0),
     ("comm_latency_s", 1e-6, 1e-4),
     ("moe_efficiency", 0.1, 1.0),
+    ("moe_compute_efficiency", 0.1, 1.0),
     ("seq_overhead_s", 0.0, 5e-4),
 )
 # one value per backend (host-side costs and scheduling differ between engines)
@@ -164,6 +165,7 @@ def _to_params(x: np.ndarray) -> dict[str, ServingParams]:
         layer_overhead_s=v["layer_overhead_s"], w_mix=v["w_mix"], w_queue=v["w_queue"],
         w_ttft_steps=v["w_ttft_steps"],
         comm=CommParams(latency_s=v["comm_latency_s"]), moe_efficiency=v["moe_efficiency"],
+        moe_compute_efficiency=v["moe_compute_efficiency"],
         seq_overhead_s=v["seq_overhead_s"],
     )  # fmt: skip
     out: dict[str, ServingParams] = {}
@@ -193,9 +195,15 @@ def predict_row(
     return est.ttft_ms, est.tpot_ms
 
 
+# where the fit starts: grouped expert GEMMs well below a dense GEMM's efficiency. Slow attention and
+# slow experts both make long MoE prompts slow; from 1.0 a fit without the lone-prefill profile to pin
+# attention down (leave H200 out) stops at slow attention and full-speed experts
+_START = ServingParams(attn_half_keys=1024.0, moe_compute_efficiency=0.3)
+
+
 def fit(
     rows: Sequence[SiliconRow], models: Callable[[str], ModelConfig],
-    start: ServingParams = ServingParams(attn_half_keys=1024.0),
+    start: ServingParams = _START,
     profile: Sequence[ProfilePoint] = (), profile_weight: float = 5.0,
 ) -> dict[str, ServingParams]:  # fmt: skip
     """Robust least squares (soft L1 with a scale of 0.2 in log units, ~20 %: the few rows that wait
@@ -226,6 +234,7 @@ def fit(
     # efficiency (left free, it drifts wherever the optimiser's steps take it)
     if not any(models(r.model_path).moe is not None for r in rows):
         own.add(_NAMES.index("moe_efficiency"))
+        own.add(_NAMES.index("moe_compute_efficiency"))
     free = [i for i in range(len(_LO)) if i not in own]
     x_full = _x0(start)
 
