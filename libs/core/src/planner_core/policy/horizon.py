@@ -198,21 +198,19 @@ def update_series(
         )
         for j in range(1, lead_samples + 1)
     )
-    nxt = replace(nxt, step_pending=(*nxt.step_pending, *steps))
-    fc = forecast(nxt, lead_samples, cfg)
-    ffc = fast_forecast(nxt, lead_samples, cfg)
-    nxt = replace(
+    # the lead's forecasts are the last step's
+    target, (fc, ffc, *sfc) = index + lead_samples, steps[-1][3:]
+    return replace(
         nxt,
-        pending=(*nxt.pending, (index + lead_samples, fc, slow)),
-        fast_pending=(*nxt.fast_pending, (index + lead_samples, ffc, slow)),
+        step_pending=(*nxt.step_pending, *steps),
+        pending=(*nxt.pending, (target, fc, slow)),
+        fast_pending=(*nxt.fast_pending, (target, ffc, slow)),
+        seasonal_pending=(*nxt.seasonal_pending, *((target, f, slow) for f in sfc)),
     )
-    sfc = seasonal_forecast(nxt, lead_samples)
-    if sfc is not None:
-        nxt = replace(nxt, seasonal_pending=(*nxt.seasonal_pending, (index + lead_samples, sfc, slow)))
-    return nxt
 
 
 _STEADY, _FAST, _SEASONAL = 0, 1, 2
+_FORECASTERS = 3
 
 
 def _present(x: float | None) -> tuple[float, ...]:
@@ -224,8 +222,8 @@ def _settle_steps(
 ) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[tuple[int, float], ...], ...]]:
     """Score every forecaster's forecasts made for sample ``index`` at each step ahead into its
     per-step mean absolute error (a new lead starts the record again)."""
-    if len(s.step_mae) != 3 or any(len(r) != lead for r in s.step_mae):
-        return (), tuple(tuple((0, 0.0) for _ in range(lead)) for _ in range(3))
+    if len(s.step_mae) != _FORECASTERS or any(len(r) != lead for r in s.step_mae):
+        return (), tuple(tuple((0, 0.0) for _ in range(lead)) for _ in range(_FORECASTERS))
     mae = [list(r) for r in s.step_mae]
     left: list[tuple[float, ...]] = []
     for entry in s.step_pending:
@@ -233,7 +231,7 @@ def _settle_steps(
         if idx > index:
             left.append(entry)
         elif idx == index and slow > 1e-9 and 1 <= j <= lead:
-            for f, fc in enumerate(entry[3:6]):
+            for f, fc in enumerate(entry[3:]):
                 n, m = mae[f][j - 1]
                 mae[f][j - 1] = (n + 1, m + (abs(value - fc) / slow - m) / min(n + 1, memory))
     return tuple(left), tuple(tuple(r) for r in mae)
@@ -242,7 +240,7 @@ def _settle_steps(
 def step_scale(s: SeriesState, forecaster: int, steps: int, lead: int, cfg: HorizonConfig) -> float:
     """How much narrower the forecaster's errors ``steps`` ahead have been than at the ``lead``: the
     ratio of their mean absolute errors (at most 1; 1 until both have ``min_errors`` scored)."""
-    rec = s.step_mae[forecaster] if len(s.step_mae) == 3 else ()
+    rec = s.step_mae[forecaster] if len(s.step_mae) == _FORECASTERS else ()
     if steps >= lead or len(rec) < lead:
         return 1.0
     (n_j, m_j), (n_lead, m_lead) = rec[steps - 1], rec[lead - 1]
@@ -397,7 +395,7 @@ def uses_season(s: SeriesState, steps: int, cfg: HorizonConfig) -> bool:
 def best_forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
     """The forecast ``steps`` ahead that :func:`demand_scenarios` starts from."""
     if uses_season(s, steps, cfg):
-        return max(_or_zero(seasonal_forecast(s, steps)), 0.0)
+        return max(seasonal_forecast(s, steps) or 0.0, 0.0)
     return max(_trend(s, steps, cfg)[0], 0.0)
 
 
@@ -408,7 +406,7 @@ def demand_scenarios(
     while there are fewer than ``min_errors``). The errors are those measured at the ``lead``
     (default: ``steps``); a nearer step scales them by :func:`step_scale`."""
     if uses_season(s, steps, cfg):
-        fc = _or_zero(seasonal_forecast(s, steps))
+        fc = seasonal_forecast(s, steps) or 0.0
         errors, kind = s.seasonal_errors, _SEASONAL
     else:
         fc, errors = _trend(s, steps, cfg)
@@ -419,10 +417,6 @@ def demand_scenarios(
             errors = (*errors, *(-e for e in errors))
     unit = max(s.slow, 0.0) * step_scale(s, kind, steps, steps if lead is None else lead, cfg)
     return tuple(max(fc + e * unit, 0.0) for e in errors)
-
-
-def _or_zero(x: float | None) -> float:
-    return 0.0 if x is None else x
 
 
 COLD_GROWTH_CAP = 8.0

@@ -2,8 +2,8 @@
 
 Going up, take the smallest recommendation of the up window; going down, the largest of the down
 window (a recommendation may carry its own hold instead, which the caller may cap); never past the
-current count in the other direction (no flipping). Rate limits cap how far the count can move within ``rate_period_s``, from
-the count at the start of that period.
+current count in the other direction (no flipping). Rate limits cap how far the count can move
+within ``rate_period_s``, from the count at the start of that period.
 """
 
 from __future__ import annotations
