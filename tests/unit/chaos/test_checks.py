@@ -1,16 +1,22 @@
-"""The chaos run's KV check: an empty bucket and one that never answered are both problems, told apart."""
+"""The chaos run's checks: an empty KV bucket and one that never answered are both problems, told
+apart; a decision re-sent on the bus is a redelivery, an id going back is not."""
 
 from __future__ import annotations
 
 import pytest
 
-from planner_cli.chaos.checks import Evidence, kv_intact
+from planner_cli.chaos.checks import Evidence, decision_ids, kv_intact
+from planner_proto import ScalingDecision
 
 
-def _evidence(kv_keys: dict[str, int]) -> Evidence:
+def _decision(i: int) -> ScalingDecision:
+    return ScalingDecision(decision_id=i, issued_at_s=float(i), namespace="ns", targets={"prefill": 1})
+
+
+def _evidence(kv_keys: dict[str, int], stream: tuple[int, ...] = (), bus: tuple[int, ...] = ()) -> Evidence:
     return Evidence(
-        stream_decisions=[],
-        bus_decisions=[],
+        stream_decisions=[_decision(i) for i in stream],
+        bus_decisions=[_decision(i) for i in bus],
         bus_acks=[],
         log_acks=[],
         statuses=[],
@@ -38,3 +44,17 @@ def test_kv_intact_names_an_empty_and_an_unreadable_bucket(keys: dict[str, int],
     assert not check.ok
     assert says in check.detail
     assert "planner_engines" not in check.detail.split(";")[0]
+
+
+@pytest.mark.parametrize(
+    ("stream", "bus", "ok", "says"),
+    [
+        ((1, 2, 3), (1, 2, 2, 3), True, "3 decisions"),  # 2 re-sent: the plain bus saw it twice in a row
+        ((1, 2, 3), (1, 3, 2), False, "bus [(3, 2)]"),  # an id going back
+        ((1, 3, 2), (1, 2, 3), False, "stream [(3, 2)]"),
+        ((1, 2, 2), (1, 2), False, "stream [(2, 2)]"),  # the stream keeps one copy: twice there is a fault
+    ],
+)
+def test_decision_ids(stream: tuple[int, ...], bus: tuple[int, ...], ok: bool, says: str) -> None:
+    check = decision_ids(_evidence({}, stream, bus))
+    assert check.ok is ok and says in check.detail
