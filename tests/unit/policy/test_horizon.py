@@ -127,6 +127,17 @@ def test_a_burst_after_silence_inside_the_window_is_not_compounded() -> None:
     assert max(demand_scenarios(ramp, 5, cfg)) > 400.0 * 3
 
 
+def test_a_near_step_does_not_compound_a_burst_that_followed_silence_within_the_lead() -> None:
+    # on-off traffic two samples into a burst (silence 3 samples back): the step-2 window (the latest
+    # 3 samples) has no silence, but the horizon does; compounding 60 -> 120 -> 400 would be a ramp
+    # of many times any burst seen (the Azure code trace: 505k tokens/s against bursts of 60-90k)
+    cfg = HorizonConfig(symmetric=False)
+    s = feed([100.0, 100.0, 100.0, 0.0, 60.0, 120.0, 400.0], lead=5, cfg=cfg)
+    assert max(demand_scenarios(s, 2, cfg, lead=5)) < 400.0 * 2
+    # a horizon that does not reach back to the silence compounds it, as a ramp
+    assert max(demand_scenarios(s, 2, cfg, lead=2)) > 400.0 * 3
+
+
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
