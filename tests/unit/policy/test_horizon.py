@@ -99,11 +99,25 @@ def test_a_fleet_starting_on_an_accelerating_ramp_sizes_for_its_growth_compoundi
     cfg = HorizonConfig(symmetric=False)
     values = [100.0, 150.0, 225.0, 338.0]
     s = feed(values, lead=5, cfg=cfg)
-    growth = (338.0 / 100.0) ** (1 / 3)
+    growth = min(150.0 / 100.0, 225.0 / 150.0, 338.0 / 225.0)
     compounded = 338.0 * growth ** sum(COLD_GROWTH_DAMPING**i for i in range(1, 6))
     top = max(demand_scenarios(s, 5, cfg))
     assert top == pytest.approx(compounded, rel=1e-6)
     assert top > 338.0 + (338.0 - 100.0) * 5 / 3  # beyond the straight line
+
+
+def test_a_ramp_that_bends_is_compounded_at_its_slowest_recent_growth() -> None:
+    # fast at first, then flattening (a rise towards a peak): the mean growth of the window would
+    # carry the steep start on; the slowest step of the window is what has been sustained
+    cfg = HorizonConfig(symmetric=False)
+    values = [100.0, 170.0, 280.0, 330.0, 380.0, 440.0]
+    s = feed(values, lead=5, cfg=cfg)
+    slowest = min(b / a for a, b in zip(values, values[1:], strict=False))
+    compounded = 440.0 * slowest ** sum(COLD_GROWTH_DAMPING**i for i in range(1, 6))
+    scen = demand_scenarios(s, 5, cfg)
+    assert any(d == pytest.approx(compounded, rel=1e-6) for d in scen)
+    mean = (440.0 / 100.0) ** (1 / 5)
+    assert max(scen) < 440.0 * mean ** sum(COLD_GROWTH_DAMPING**i for i in range(1, 6)) * 0.9
 
 
 def test_a_burst_out_of_silence_is_not_compounded() -> None:
@@ -123,7 +137,7 @@ def test_a_burst_after_silence_inside_the_window_is_not_compounded() -> None:
     top = max(demand_scenarios(s, 5, cfg))
     assert top == pytest.approx(fast_forecast(s, 5, cfg) + (400.0 - 90.0), rel=1e-6)
     # the same growth without the silence compounds
-    ramp = feed([90.0, 100.0, 140.0, 200.0, 280.0, 400.0], lead=5, cfg=cfg)
+    ramp = feed([400.0 / 1.4**k for k in range(5, -1, -1)], lead=5, cfg=cfg)
     assert max(demand_scenarios(ramp, 5, cfg)) > 400.0 * 3
 
 
