@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import replace
+from itertools import pairwise
 
 import pytest
 
@@ -112,7 +113,7 @@ def test_a_ramp_that_bends_is_compounded_at_its_slowest_recent_growth() -> None:
     cfg = HorizonConfig(symmetric=False)
     values = [100.0, 170.0, 280.0, 330.0, 380.0, 440.0]
     s = feed(values, lead=5, cfg=cfg)
-    slowest = min(b / a for a, b in zip(values, values[1:], strict=False))
+    slowest = min(b / a for a, b in pairwise(values))
     compounded = 440.0 * slowest ** sum(COLD_GROWTH_DAMPING**i for i in range(1, 6))
     scen = demand_scenarios(s, 5, cfg)
     assert any(d == pytest.approx(compounded, rel=1e-6) for d in scen)
