@@ -121,25 +121,30 @@ def test_a_ramp_that_bends_is_compounded_at_its_slowest_recent_growth() -> None:
     assert max(scen) < 440.0 * mean ** sum(COLD_GROWTH_DAMPING**i for i in range(1, 6)) * 0.9
 
 
-def test_a_burst_out_of_silence_is_not_compounded() -> None:
-    # from near zero the growth factor means nothing (any burst is "infinite" growth): the straight
-    # line through the change stands in, as before
+def test_a_burst_out_of_silence_gets_no_change_stand_in_nor_a_forecast_past_the_largest_seen() -> None:
+    # from near zero the growth factor means nothing (any burst is "infinite" growth), and the
+    # straight line from silence to the burst is no trend either: the prior alone stands in, around
+    # a forecast no larger than the largest sample seen (the fast trend extrapolates the rise)
     cfg = HorizonConfig(symmetric=False)
     s = feed([4.0, 5.0, 4.0, 400.0], lead=5, cfg=cfg)
+    assert fast_forecast(s, 5, cfg) > 400.0
+    assert best_forecast(s, 5, cfg) == pytest.approx(400.0)
     top = max(demand_scenarios(s, 5, cfg))
-    assert top == pytest.approx(fast_forecast(s, 5, cfg) + (400.0 - 4.0) * 5 / 3, rel=1e-6)
+    assert top == pytest.approx(400.0 + max(PRIOR_ERRORS) * s.slow, rel=1e-6)
 
 
-def test_a_burst_after_silence_inside_the_window_is_not_compounded() -> None:
+def test_a_burst_after_silence_inside_the_window_is_neither_compounded_nor_carried_on() -> None:
     # on-off traffic (a burst, silence, the next burst): the window starts on the previous burst,
     # but the series went through silence since; the growth from there is no ramp
     cfg = HorizonConfig(symmetric=False)
     s = feed([90.0, 100.0, 0.0, 0.0, 40.0, 400.0], lead=5, cfg=cfg)
     top = max(demand_scenarios(s, 5, cfg))
-    assert top == pytest.approx(fast_forecast(s, 5, cfg) + (400.0 - 90.0), rel=1e-6)
+    fc = min(fast_forecast(s, 5, cfg), 400.0)
+    assert top == pytest.approx(fc + max(PRIOR_ERRORS) * s.slow, rel=1e-6)
     # the same growth without the silence compounds
     ramp = feed([400.0 / 1.4**k for k in range(5, -1, -1)], lead=5, cfg=cfg)
     assert max(demand_scenarios(ramp, 5, cfg)) > 400.0 * 3
+    assert best_forecast(ramp, 5, cfg) > 400.0  # a ramp's trend is carried past what it reached
 
 
 def test_a_near_step_does_not_compound_a_burst_that_followed_silence_within_the_lead() -> None:

@@ -120,7 +120,7 @@ def predictive_floor(
         pre_extra: Diagnostics = {"service_ms": service_ms, "utilisation_cap": util}
         out[PREFILL] = _over_horizon(
             lambda j: _sized(
-                best_forecast(st.prefill, j, hcfg),
+                best_forecast(st.prefill, j, hcfg, lead),
                 per,
                 demand_scenarios(st.prefill, j, hcfg, lead),
                 cfg,
@@ -138,7 +138,7 @@ def predictive_floor(
         dec_extra: Diagnostics = {"itl_target_corrected_ms": itl_target}
         out[DECODE] = _over_horizon(
             lambda j: _sized(
-                best_forecast(st.decode, j, hcfg),
+                best_forecast(st.decode, j, hcfg, lead),
                 per,
                 demand_scenarios(st.decode, j, hcfg, lead),
                 cfg,
