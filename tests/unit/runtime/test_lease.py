@@ -8,7 +8,7 @@ import pytest
 from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from planner_runtime.lease import Holder, Lease, deadline, holder_is_dead, margin_for
+from planner_runtime.lease import LOST_RETRY_S, Holder, Lease, deadline, holder_is_dead, margin_for
 
 TTL_S = 8.0
 RENEW_S = 2.0
@@ -235,3 +235,24 @@ async def test_step_drops_the_lease_at_the_deadline_without_any_kv_call() -> Non
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     await asyncio.wait_for(a.wait(active=False), timeout=1.0)
+
+
+async def test_a_lease_lost_to_a_nats_outage_is_retried_fast_one_lost_to_another_holder_is_not() -> None:
+    clock = Clock()
+    kv = FakeKv(clock)
+    a, b = pair(clock, kv)
+    await a.try_acquire()
+    assert a.acquire_every_s() == RENEW_S
+    a.drop("not_renewed_in_time")  # renewals did not get through: the key is still ours
+    assert a.acquire_every_s() == min(RENEW_S, LOST_RETRY_S) < RENEW_S
+    assert await a.try_acquire() and a.acquire_every_s() == RENEW_S  # back: ordinary cadence
+    a.drop("not_renewed_in_time")
+    clock.now += TTL_S  # meanwhile the key expired and b took it
+    assert await b.try_acquire()
+    a.pause(0.0)
+    task = asyncio.ensure_future(a.step())  # one failed attempt: an ordinary standby from then on
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not a.is_active and a.acquire_every_s() == RENEW_S
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

@@ -113,6 +113,10 @@ def deadline(sent_at: float, ttl_s: float, margin_s: float) -> float:
     return sent_at + ttl_s - margin_s
 
 
+LOST_RETRY_S = 0.5
+"""Acquire retry interval of a holder that lost its own lease to a NATS outage."""
+
+
 def margin_for(ttl_s: float) -> float:
     return min(2.0, ttl_s / 4)
 
@@ -165,6 +169,9 @@ class Lease:
         self._stopping = False
         self._sub: Subscription | None = None
         self._pause_until = 0.0
+        self._lost_own = False
+        """Lost through renewals that did not get through (NATS down), not to another holder: the key
+        is still ours, so acquire attempts come every :data:`LOST_RETRY_S` instead of ``renew_s``."""
 
     @property
     def is_active(self) -> bool:
@@ -221,6 +228,7 @@ class Lease:
             return
         self.revision = None
         self.valid_until = 0.0
+        self._lost_own = why == "not_renewed_in_time"
         if why != "released":
             log.warning("lease_lost", key=self.key, reason=why)
         self._signal()
@@ -229,6 +237,12 @@ class Lease:
         # a fresh event per change: every waiter wakes, none can clear the signal for the others
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+
+    def acquire_every_s(self) -> float:
+        """How long a standby waits between acquire attempts: ``renew_s``, or :data:`LOST_RETRY_S` after
+        losing the lease only because NATS did not answer (a cluster restart): the key is still ours,
+        and the service is back as soon as JetStream is, not up to ``renew_s`` later."""
+        return min(self.renew_s, LOST_RETRY_S) if self._lost_own else self.renew_s
 
     def pause(self, seconds: float) -> None:
         """Make no acquire attempt for ``seconds`` (after stepping down)."""
@@ -263,6 +277,7 @@ class Lease:
 
     def _took(self, rev: int, sent_at: float) -> None:
         was = self.revision is not None
+        self._lost_own = False
         self.revision = int(rev)
         self.valid_until = deadline(sent_at, self.ttl_s, self.margin_s)
         self.renew_at = sent_at + self.renew_s
@@ -291,11 +306,12 @@ class Lease:
             try:
                 if await asyncio.wait_for(self.try_acquire(), timeout=max(1.0, self.renew_s)):
                     return
+                self._lost_own = False  # someone else holds it: an ordinary standby now
             except _TRANSIENT as exc:
                 log.debug("lease_acquire_failed", key=self.key, error=str(exc) or type(exc).__name__)
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
-            wait_s = max(self.renew_s, self._pause_until - self.clock())
+            wait_s = max(self.acquire_every_s(), self._pause_until - self.clock())
             await asyncio.wait_for(self._wake.wait(), timeout=wait_s)
 
     async def _run(self) -> None:
