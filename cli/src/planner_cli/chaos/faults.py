@@ -56,7 +56,8 @@ class FaultResult:
     """kill -> its next message of its kind."""
     what: str
     limit_s: float
-    """2 ticks (a lease holder after a whole-cluster restart: plus its ``relead_s``): the next message must come at most this long after the service is healthy again."""
+    """2 ticks (a lease holder after a whole-cluster restart: plus its ``relead_s``): the next message
+    must come at most this long after the service is healthy again."""
     ok: bool
     note: str = ""
 

@@ -379,10 +379,9 @@ def _trend(
     forecasts bursts larger than any seen (on the Azure code trace at 240 s, 129k prompt tokens/s
     from a burst of 56k -> 83k, the largest ever 83k). Its errors are still measured against the
     forecaster as it is (their mirror images keep sizing the next burst)."""
-    if uses_fast(s, cfg):
-        fc, errors = fast_forecast(s, steps, cfg), s.fast_errors
-    else:
-        fc, errors = forecast(s, steps, cfg), s.errors
+    fast = uses_fast(s, cfg)
+    fc = fast_forecast(s, steps, cfg) if fast else forecast(s, steps, cfg)
+    errors = s.fast_errors if fast else s.errors
     if s.history and intermittent(s, steps if lead is None else lead):
         fc = min(fc, max(s.history))
     return fc, errors
@@ -394,7 +393,7 @@ def uses_season(s: SeriesState, steps: int, cfg: HorizonConfig) -> bool:
     ``early_season_errors`` scored, at most ``early_season_margin`` of it."""
     if seasonal_forecast(s, steps) is None:
         return False
-    trend_errors = _trend(s, steps, cfg)[1]
+    trend_errors = s.fast_errors if uses_fast(s, cfg) else s.errors
     better = _better(s.seasonal_errors, trend_errors, cfg)
     if better is not None:
         return better
