@@ -8,6 +8,7 @@ and store directory, so JetStream state survives, as it would for a real server 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -41,10 +42,49 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         pass
 
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_PICK_WIDTH = 10_000  # ports just below the ephemeral range to pick from
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int | None:
+    """The lowest port the kernel hands to outgoing connections (Linux), or None if unknown."""
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers that will bind it do
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on, for a server to bind a moment later.
+
+    Picked below the kernel's ephemeral range (Linux): a port from that range (what binding port 0
+    gives) can be taken in between by any outgoing connection's local end, e.g. a client reconnecting
+    while a node restarts on its old port ("bind: address already in use"). Ports below the range
+    are only ever taken by a listener; this process never hands the same one out twice.
+    """
+    low = _ephemeral_low()
+    if low is not None and low > _PICK_WIDTH + 1024:
+        rng = random.SystemRandom()
+        for _ in range(200):
+            port = rng.randrange(low - _PICK_WIDTH, low)
+            if port not in _handed_out and _bindable(host, port):
+                _handed_out.add(port)
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        port: int = s.getsockname()[1]
+        port = int(s.getsockname()[1])
+        _handed_out.add(port)
         return port
 
 
@@ -64,6 +104,10 @@ def wait_for_port(
     return False
 
 
+class _PortTaken(RuntimeError):
+    """nats-server could not bind a port: something else holds it."""
+
+
 class NatsServer:
     def __init__(
         self,
@@ -76,6 +120,7 @@ class NatsServer:
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
+        self._auto_port = not port  # ours to change if something else took it before the bind
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if store_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="planner-nats-")
@@ -96,8 +141,22 @@ class NatsServer:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self, timeout_s: float = 15.0) -> NatsServer:
+        """Start and wait until the port accepts connections. A port this server picked itself that
+        something else bound in the meantime is replaced by another (up to 3 tries); a port given
+        by the caller (or kept across a restart, which clients know) is not."""
         if self.running:
             return self
+        for attempt in range(3):
+            try:
+                return self._start_once(timeout_s)
+            except _PortTaken:
+                if not self._auto_port or attempt == 2:
+                    raise
+                self.port = free_port(self.host)
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> NatsServer:
+        log_from = self.log_file.stat().st_size if self.log_file.exists() else 0  # this start's lines only
         args = [nats_server_binary(), "-a", self.host, "-p", str(self.port), "-l", str(self.log_file)]
         if self.jetstream:
             args += ["-js", "-sd", str(self.store_dir)]
@@ -109,16 +168,38 @@ class NatsServer:
             stderr=subprocess.PIPE,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
-        if not wait_for_port(self.host, self.port, timeout_s, self._proc):
+        if not self._wait_ready(log_from, timeout_s):
             err = b""
             if self._proc.poll() is not None and self._proc.stderr is not None:
                 err = self._proc.stderr.read()
             self.stop()
-            tail = self.log_file.read_text()[-800:] if self.log_file.exists() else ""
-            raise RuntimeError(
-                f"nats-server did not start on {self.url}: {err.decode(errors='replace')} {tail}"
+            tail = (
+                self.log_file.read_bytes()[log_from:][-800:].decode(errors="replace")
+                if self.log_file.exists()
+                else ""
             )
+            text = f"{err.decode(errors='replace')} {tail}"
+            kind = _PortTaken if "address already in use" in text else RuntimeError
+            raise kind(f"nats-server did not start on {self.url}: {text}")
         return self
+
+    def _wait_ready(self, log_from: int, timeout_s: float) -> bool:
+        """True once this nats-server says it is ready and its port answers. The log line matters:
+        another process listening on the port would answer too, while our server exits on the bind."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc is None or self._proc.poll() is not None:
+                return False
+            try:
+                with self.log_file.open("rb") as f:
+                    f.seek(log_from)
+                    ready = b"Server is ready" in f.read()
+            except OSError:
+                ready = False
+            if ready:
+                return wait_for_port(self.host, self.port, max(0.1, deadline - time.monotonic()), self._proc)
+            time.sleep(0.02)
+        return False
 
     def stop(self, timeout_s: float = 10.0) -> None:
         proc, self._proc = self._proc, None
