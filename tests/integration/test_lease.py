@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 import pytest
 
 from planner_decider.service import DeciderService
@@ -18,7 +19,8 @@ from planner_proto import AckStatus, ScalingAck
 from planner_runtime.bus import Bus
 from planner_runtime.lease import Lease, lease_kv, this_holder
 from planner_runtime.natsd import NatsServer
-from planner_runtime.settings import BaseSettings
+from planner_runtime.service import Service
+from planner_runtime.settings import BaseSettings, LeaseSettings
 
 from .decider.decider_helpers import (
     SUBJECTS,
@@ -269,3 +271,58 @@ async def test_two_deciders_publish_from_one_and_ids_keep_increasing_across_a_fa
             await a.stop()
         await b.stop()
         await bus.close()
+
+
+# ---- activation on a JetStream that is not there yet --------------------------------------------
+
+
+class Flaky(Service[LeaseSettings]):
+    """Its activation fails ``fail`` times with ``error`` (a cluster whose stream leaders are still
+    being elected answers a JetStream call with a timeout)."""
+
+    name = "flaky"
+    settings_type = LeaseSettings
+    lease = "flaky"
+
+    def __init__(self, settings: LeaseSettings, fail: int, error: Exception) -> None:
+        super().__init__(settings)
+        self.fail, self.error, self.calls = fail, error, 0
+
+    async def activate(self) -> None:
+        self.calls += 1
+        if self.calls <= self.fail:
+            raise self.error
+
+
+async def run_flaky(url: str, fail: int, error: Exception, until: Callable[[Flaky], bool]) -> Flaky:
+    svc = Flaky(
+        LeaseSettings(nats_url=url, namespace="flaky", http_port=0, lease_ttl_s=TTL_S, lease_renew_s=RENEW_S),
+        fail,
+        error,
+    )
+    task = asyncio.create_task(svc.run(), name="flaky")
+    try:
+        await wait_until(lambda: until(svc) or task.done(), 15)
+        assert not task.done()
+        return svc
+    finally:
+        svc.request_stop()
+        await asyncio.wait_for(task, timeout=15)
+
+
+async def test_an_activation_that_meets_a_nats_timeout_is_retried_holding_the_lease(
+    nats_server: NatsServer,
+) -> None:
+    svc = await run_flaky(nats_server.url, 2, nats.errors.TimeoutError(), lambda s: s.calls >= 3)
+    assert svc.calls == 3
+    assert svc._m_changes.labels("standby")._value.get() == 0  # never stepped down
+    assert svc._lease is not None and svc._lease.takeovers == 0
+
+
+async def test_an_activation_that_fails_otherwise_steps_down_and_retries_after_a_pause(
+    nats_server: NatsServer,
+) -> None:
+    t0 = time.monotonic()
+    svc = await run_flaky(nats_server.url, 1, ValueError("broken backend"), lambda s: s.calls >= 2)
+    assert svc._m_changes.labels("standby")._value.get() == 1
+    assert time.monotonic() - t0 >= 2 * 1.0  # the step-down pause: 2 renewals (at least 1 s each)

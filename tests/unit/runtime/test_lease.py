@@ -256,3 +256,20 @@ async def test_a_lease_lost_to_a_nats_outage_is_retried_fast_one_lost_to_another
     assert not a.is_active and a.acquire_every_s() == RENEW_S
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_renewal_that_finds_its_key_expired_retries_fast_one_that_finds_it_taken_does_not() -> None:
+    clock = Clock()
+    kv = FakeKv(clock)
+    a, b = pair(clock, kv)
+    await a.try_acquire()
+    clock.now += TTL_S + 0.1  # NATS answered again only after the key expired on the server
+    a.valid_until = clock.now + 1.0  # (the local deadline kept, to reach the renewal itself)
+    assert not await a.renew()
+    assert a.revision is None and a.acquire_every_s() == min(RENEW_S, LOST_RETRY_S) < RENEW_S
+    assert await a.try_acquire() and a.acquire_every_s() == RENEW_S
+    clock.now += TTL_S + 0.1
+    assert await b.try_acquire()  # this time another instance took the expired key first
+    a.valid_until = clock.now + 1.0
+    assert not await a.renew()
+    assert a.revision is None and a.other is not None and a.acquire_every_s() == RENEW_S

@@ -170,8 +170,9 @@ class Lease:
         self._sub: Subscription | None = None
         self._pause_until = 0.0
         self._lost_own = False
-        """Lost through renewals that did not get through (NATS down), not to another holder: the key
-        is still ours, so acquire attempts come every :data:`LOST_RETRY_S` instead of ``renew_s``."""
+        """Lost through renewals that did not get through (NATS down), or found expired on the server
+        when they did, not to another holder: the key is still ours or nobody's, so acquire attempts
+        come every :data:`LOST_RETRY_S` instead of ``renew_s``."""
 
     @property
     def is_active(self) -> bool:
@@ -202,9 +203,11 @@ class Lease:
         try:
             rev = await self.kv.update(self.key, self.value, last=self.revision)
         except KeyWrongLastSequenceError:
+            self.other = None
             adopted = await self._adopt(own_only=True)
             if adopted is None:
-                self.drop("taken_or_expired")
+                # gone (expired on the server while NATS was down): nobody else's, retry fast
+                self.drop("taken" if self.other is not None else "expired")
                 return False
             rev = adopted
         self._took(rev, sent_at)
@@ -228,7 +231,7 @@ class Lease:
             return
         self.revision = None
         self.valid_until = 0.0
-        self._lost_own = why == "not_renewed_in_time"
+        self._lost_own = why in ("not_renewed_in_time", "expired")
         if why != "released":
             log.warning("lease_lost", key=self.key, reason=why)
         self._signal()

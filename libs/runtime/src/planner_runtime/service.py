@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
+import nats.errors
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -40,6 +41,11 @@ from planner_runtime.logs import configure_logging, get_logger
 from planner_runtime.settings import BaseSettings, LeaseSettings, SettingsError, settings_from_args
 
 S = TypeVar("S", bound=BaseSettings)
+
+ACTIVATE_TRIES = 4
+"""Activation attempts on NATS errors before an instance gives its lease up."""
+ACTIVATE_RETRY_S = 0.5
+_NATS_TRANSIENT = (nats.errors.Error, TimeoutError, OSError)
 
 
 class Service(Generic[S]):
@@ -263,21 +269,35 @@ class Service(Generic[S]):
         return self.spawn(self._activate_or_step_down(), "activate", active=True)
 
     async def _activate_or_step_down(self) -> None:
-        try:
-            await self.activate()
-        except (asyncio.CancelledError, KeyboardInterrupt):
-            raise
-        except Exception:
-            self.log.exception("activate_failed")
-            lease = self._lease
-            if lease is not None:
-                # let another instance try; this one retries after a pause
-                asyncio.get_running_loop().call_soon(self._step_down, lease)
+        """Activate; on a NATS error (a cluster that has just come back answers core NATS and the KV
+        seconds before its stream and consumer leaders are elected) try again in place, holding the
+        lease, up to :data:`ACTIVATE_TRIES` times: stepping down costs a pause of 2 renewals, meant
+        for a failure another instance might not have, and every instance has this one."""
+        for attempt in range(1, ACTIVATE_TRIES + 1):
+            try:
+                await self.activate()
+                return
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                raise
+            except Exception as exc:
+                lease = self._lease
+                if isinstance(exc, _NATS_TRANSIENT) and attempt < ACTIVATE_TRIES and lease is not None:
+                    self.log.warning("activate_retry", attempt=attempt, error=str(exc) or type(exc).__name__)
+                    await asyncio.sleep(ACTIVATE_RETRY_S)
+                    continue
+                self.log.exception("activate_failed")
+                if lease is not None:
+                    # let another instance try; this one retries after a pause
+                    asyncio.get_running_loop().call_soon(self._step_down, lease)
+                return
 
     def _step_down(self, lease: Lease) -> None:
         async def go() -> None:
             lease.pause(max(lease.renew_s, 1.0) * 2)
             await lease.release()
+            # standby now, whether or not the lease follower saw the lease go (a first activation
+            # fails before it runs): the next time this instance holds the lease it activates again
+            await self._leave_active("activate_failed")
 
         self.spawn(go(), "step-down")
 

@@ -22,6 +22,7 @@ stream (:func:`~planner_runtime.decisions.on_takeover`), and only then reads the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -139,25 +140,39 @@ class DecisionFollower:
     async def activate(self, bus: Bus, kv: KeyValue) -> None:
         """Reload the persisted state, reconcile with the backend, take over the newest decision on
         the stream, then subscribe to the feed. Call :meth:`intake_loop` and :meth:`control_loop`."""
+        clock = asyncio.get_running_loop().time
         self._bus, self._kv = bus, kv
-        self._status = StatusPublisher(bus, self.subjects.replicas(), self.status_every_s)
-        async with self.mutex:
-            try:
-                stored = await kv_get(kv, self.state_key, FollowerState)
-            except DecodeError as exc:
-                self.log.error("state_corrupt", key=self.state_key, error=str(exc))
-                stored = None
-            self._reset(stored or FollowerState())
-            self.log.info("state_loaded", workers=len(self.workers), last_decision_id=self.last_decision_id)
-            await self._guarded_pass()
-            feed = DecisionFeed(bus, self.subjects, self.durable)
-            await self._take_over(await feed.last())
-        await feed.start()
+        if self._status is None:
+            self._status = StatusPublisher(bus, self.subjects.replicas(), self.status_every_s)
+        # an activation is a long pass for :meth:`status_loop`: while it waits on JetStream (stream and
+        # consumer leaders elected after a cluster restart) the reconciled status keeps going out
+        self._pass_since = clock()
+        try:
+            async with self.mutex:
+                try:
+                    stored = await kv_get(kv, self.state_key, FollowerState)
+                except DecodeError as exc:
+                    self.log.error("state_corrupt", key=self.state_key, error=str(exc))
+                    stored = None
+                self._reset(stored or FollowerState())
+                self.log.info(
+                    "state_loaded", workers=len(self.workers), last_decision_id=self.last_decision_id
+                )
+                await self._guarded_pass()
+                self._snapshot = self.replica_status()
+                with contextlib.suppress(nats.errors.Error, OSError):
+                    await self._status.maybe_publish(self._snapshot, clock())
+                feed = DecisionFeed(bus, self.subjects, self.durable)
+                await self._take_over(await feed.last())
+            await feed.start()
+        finally:
+            self._pass_since = None
         self.feed = feed
 
     async def deactivate(self) -> None:
         """The lease is lost: whoever holds it now owns the workers and the decisions."""
         self.current = None
+        self._snapshot = None  # the next activation reports what it finds, not what was
         await self.close()
 
     async def close(self) -> None:

@@ -53,11 +53,13 @@ class ActuatorService(Service[A]):
         self.state_kv = await self.bus.kv(STATE_BUCKET)
 
     async def activate(self) -> None:
+        if not any(t.get_name() == "status" for t in self._active_tasks):
+            # first: it keeps the status going while the activation waits on JetStream
+            self.spawn(self.follower.status_loop(self.stopping), "status", active=True)
         await self.follower.activate(self.bus, self.state_kv)
         self.feed = self.follower.feed
         self.spawn(self.follower.intake_loop(self.stopping), "decisions", active=True)
         self.spawn(self.follower.control_loop(self.stopping), "control", active=True)
-        self.spawn(self.follower.status_loop(self.stopping), "status", active=True)
 
     async def deactivate(self) -> None:
         await self.follower.deactivate()
