@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from planner_decider.ids import DecisionIds
-from planner_proto import AckStatus, Reason, ScalingAck
+from planner_proto import AckStatus, Reason, ScalingAck, ScalingDecision
 from planner_proto.subjects import STATE_BUCKET
 from planner_runtime.bus import Bus
 from planner_runtime.natsd import NatsServer
@@ -248,4 +248,32 @@ async def test_the_learned_traffic_state_survives_a_restart(nats_server: NatsSer
         assert dec.svc.policy_state.predictive.prefill.samples == 0
     finally:
         assert await dec.stop() == 0
+        await bus.close()
+
+
+async def test_a_decision_in_flight_when_the_lease_was_lost_is_published_on_the_next_activation(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A NATS cluster restart: the decision went out to plain subscribers, the stream never
+    acknowledged it, the lease was lost while the publish was retried. The next activation of this
+    instance publishes it (once) unless the stream has a newer decision."""
+    bus = await connect(nats_server.url)
+    run = await start_decider(settings(nats_server.url, write_profile(tmp_path)))
+    try:
+        svc = run.svc
+
+        def decision(i: int) -> ScalingDecision:
+            return ScalingDecision(decision_id=i, issued_at_s=0.0, namespace=NS, targets={"prefill": i})
+
+        svc._in_flight = decision(7)
+        last = await svc._finish_in_flight(decision(6))
+        assert last is not None and last.decision_id == 7 and svc._in_flight is None
+        svc._in_flight = decision(8)
+        last = await svc._finish_in_flight(decision(9))  # another instance went on meanwhile
+        assert last is not None and last.decision_id == 9 and svc._in_flight is None
+        assert await svc._finish_in_flight(None) is None  # nothing in flight: nothing sent
+        ids = [d.decision_id for d in await stream_decisions(bus) if d.decision_id >= 7]
+        assert ids == [7]
+    finally:
+        assert await run.stop() == 0
         await bus.close()

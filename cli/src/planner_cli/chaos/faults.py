@@ -24,20 +24,14 @@ class ServiceSpec:
     tick_s: float
     """Its tick in the demo configuration (``demo.run._service_argv`` and the service defaults)."""
     what: str
-    relead_s: float = 0.0
-    """After a whole-cluster restart (JetStream gone for longer than a lease is valid), the time a
-    lease holder takes on top of its 2 ticks to take its lease again and re-activate (the actuator
-    reads its state from KV and binds its decision consumer before its first status: 5.4-6.0 s after
-    the cluster answered in 1 run of 3; the decider's first tick 6.5 s, its lease expired on the
-    server and re-taken 4 s after it stepped down)."""
 
 
 SPECS: dict[str, ServiceSpec] = {
     "fpm-relay": ServiceSpec("fpm", 2.0, "fpm message (relay heartbeat 2 s)"),
     "regression": ServiceSpec("state", 1.0, "snapshot (tick 1 s)"),
     "predictor": ServiceSpec("forecast", 5.0, "forecast (interval 5 s)"),
-    "decider": ServiceSpec("tick:decide", 3.0, "decision tick (3 s)", relead_s=4.0),
-    "actuator-circus": ServiceSpec("replicas", 2.0, "replicas status (2 s)", relead_s=4.0),
+    "decider": ServiceSpec("tick:decide", 3.0, "decision tick (3 s)"),
+    "actuator-circus": ServiceSpec("replicas", 2.0, "replicas status (2 s)"),
 }
 NATS = "nats-server"
 LOADGEN_TRAFFIC = ServiceSpec("traffic", 5.0, "traffic sample (loadgen interval 5 s)")
@@ -57,8 +51,7 @@ class FaultResult:
     """kill -> its next message of its kind."""
     what: str
     limit_s: float
-    """2 ticks (a lease holder after a whole-cluster restart: plus its ``relead_s``): the next message
-    must come at most this long after the service is healthy again."""
+    """2 ticks: the next message must come at most this long after the service is healthy again."""
     ok: bool
     note: str = ""
 
@@ -73,12 +66,11 @@ def _judge(
     t_healthy: float | None,
     t_msg: float | None,
     note: str = "",
-    extra_s: float = 0.0,
 ) -> FaultResult:
     def rel(t: float | None) -> float | None:
         return None if t is None else round(t - t_kill, 2)
 
-    limit = 2 * spec.tick_s + extra_s
+    limit = 2 * spec.tick_s
     ok = t_healthy is not None and t_msg is not None and t_msg - t_healthy <= limit
     if not ok and not note:
         if t_back is None:
@@ -150,11 +142,10 @@ async def _services_back(
     t_kill: float,
     t_back: float,
     timeout_s: float,
-    leases_lost: bool = False,
 ) -> list[FaultResult]:
     """One row for the NATS fault and one per service (and the loadgen's traffic): each must be
-    healthy and at work again within 2 of its ticks once NATS is back (``t_back``); after a fault
-    that outlived the leases (``leases_lost``), a lease holder's ``relead_s`` on top."""
+    healthy and at work again within 2 of its ticks once NATS is back (``t_back``), lease holders
+    too after a whole-cluster restart that outlived their leases."""
     deadline = t_back + timeout_s
 
     async def one(name: str) -> FaultResult:
@@ -163,10 +154,7 @@ async def _services_back(
         t_healthy = await probe.wait_healthy(port, deadline)
         after = max(t_back, t_healthy or t_back)
         t_msg = await _first_message(clock, spec, port, after, deadline)
-        extra = spec.relead_s if leases_lost else 0.0
-        return _judge(
-            f"{target} > {name}", at_s, "reconnect", spec, t_kill, t_back, t_healthy, t_msg, extra_s=extra
-        )
+        return _judge(f"{target} > {name}", at_s, "reconnect", spec, t_kill, t_back, t_healthy, t_msg)
 
     rows = list(await asyncio.gather(*(one(n) for n in SPECS)))
     t_traffic = await clock.wait_after(LOADGEN_TRAFFIC.kind, t_back, deadline)
@@ -316,10 +304,7 @@ async def cluster_fault(
             # timeout per asset), not when the processes listen: the services' 2 ticks count from there
             trigger += f"; JetStream back {t_healthy - t_back:.1f} s later"
             t_back = t_healthy
-        rows = await _services_back(
-            stack, clock, fault, at_s, trigger, what, t_kill, t_back, timeout_s,
-            leases_lost=fault == CLUSTER_RESTART,
-        )  # fmt: skip
+        rows = await _services_back(stack, clock, fault, at_s, trigger, what, t_kill, t_back, timeout_s)
         if failed or not healthy:
             rows[0].ok, rows[0].note = False, failed or "cluster not healthy again"
         return rows, (t_kill, t_healthy)

@@ -80,6 +80,10 @@ class DeciderService(Service[DeciderSettings]):
             estimator=SnapshotEstimator(),
         )
         self.ids: DecisionIds | None = None
+        self._in_flight: ScalingDecision | None = None
+        """A decision being published and not yet acknowledged by the stream: its plain subscribers
+        may have it already. If the lease is lost meanwhile, the next activation publishes it again
+        (unless the stream has a newer one), so that the stream holds what was seen."""
         self._lock = asyncio.Lock()
         self._gpu_at_s: float | None = None
 
@@ -105,6 +109,7 @@ class DeciderService(Service[DeciderSettings]):
         _, last, predictive = await asyncio.gather(
             ids.load(), self._last_published(), self._load_policy_state()
         )
+        last = await self._finish_in_flight(last)
         async with self._lock:
             self.book = IssueBook()
             self.policy_state = PolicyState() if predictive is None else PolicyState(predictive=predictive)
@@ -118,6 +123,30 @@ class DeciderService(Service[DeciderSettings]):
         self.every(self.settings.state_save_interval_s, self._save_policy_state, "save_state", active=True)
         if self.settings.report_path:
             self.every(self.settings.report_interval_s, self._write_report, "report", active=True)
+
+    async def _finish_in_flight(self, last: ScalingDecision | None) -> ScalingDecision | None:
+        """Publish again the decision this instance was publishing when it lost its lease (a NATS
+        cluster restart: sent, seen by plain subscribers, never acknowledged by the stream), unless
+        the stream has one as new; the newest decision on the stream after that."""
+        pending, self._in_flight = self._in_flight, None
+        if pending is None or (last is not None and last.decision_id >= pending.decision_id):
+            return last
+        self._in_flight = pending
+        await self._send(pending)
+        self._in_flight = None
+        self.log.warning("decision_republished", decision_id=pending.decision_id, targets=pending.targets)
+        return pending
+
+    async def _send(self, decision: ScalingDecision) -> None:
+        # sent again (same Nats-Msg-Id: the stream keeps one) until the stream acknowledges it: an
+        # unacknowledged publish may have reached the actuators but not the stream (no leader during
+        # a NATS cluster election), and a restart reads the last decision from the stream
+        await self.bus.js_publish(
+            self.subjects.decision(),
+            decision,
+            msg_id=f"{self.settings.namespace}/decision/{decision.decision_id}",
+            retry_s=_PUBLISH_RETRY_S,
+        )
 
     async def drain(self) -> None:
         async with self._lock:  # a tick that is publishing finishes first
@@ -282,15 +311,9 @@ class DeciderService(Service[DeciderSettings]):
         if not self.is_active:
             self.log.warning("not_published", decision_id=decision_id, why="lease lost")
             return
-        # sent again (same Nats-Msg-Id: the stream keeps one) until the stream acknowledges it: an
-        # unacknowledged publish may have reached the actuators but not the stream (no leader during
-        # a NATS cluster election), and a restart reads the last decision from the stream
-        await self.bus.js_publish(
-            self.subjects.decision(),
-            decision,
-            msg_id=f"{self.settings.namespace}/decision/{decision_id}",
-            retry_s=_PUBLISH_RETRY_S,
-        )
+        self._in_flight = decision
+        await self._send(decision)
+        self._in_flight = None
         self.book = record(self.book, plan, decision_id, now_s, wait=not self.settings.advisory)
         self.metrics.observe_decision(decision_id, {c: plan.reasons[c] for c in plan.changed})
         self.history.add_decision(
