@@ -283,3 +283,20 @@ async def test_no_extra_status_while_passes_complete() -> None:
     await asyncio.wait_for(asyncio.gather(*tasks), 5.0)
     # unchanged status: once per 0.2 s, from the control loop alone (not doubled by the status loop)
     assert 4 <= len(bus.published) <= 7, len(bus.published)
+
+
+async def test_decisions_passed_over_by_a_takeover_are_answered_superseded_once() -> None:
+    """A NATS cluster restart: decision 3 was published while no actuator held the lease, 4 right
+    after; the new holder catches up to 4 from the stream, and 3 arrives from the feed afterwards."""
+    f = Follower(MemBackend())
+    f.last_decision_id, f.completed_decision_id = 2, 1  # 2 was being carried out
+    await f._take_over(decision(4, prefill=3))
+    foreign = ScalingDecision(decision_id=3, issued_at_s=0.0, namespace="other", targets={"prefill": 9})
+    await f.take_in([decision(3, prefill=1), foreign, decision(4, prefill=3)])
+    await f.take_in([decision(2, prefill=2)])  # redelivered: answered already
+    assert f.sent == [
+        (2, "superseded", "superseded by decision 4"),
+        (4, "accepted", ""),
+        (3, "superseded", "superseded by decision 4"),
+    ]
+    assert f.desired == {"prefill": 3} and f.last_decision_id == 4

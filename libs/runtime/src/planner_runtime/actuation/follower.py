@@ -116,6 +116,9 @@ class DecisionFollower:
         """The replica status as the last control pass left it (published by :meth:`status_loop`
         while a pass is stuck on an unanswered NATS call)."""
         self._pass_since: float | None = None
+        self._skipped: tuple[int, int] | None = None
+        """(last before, the one caught up to) of a takeover that jumped to the newest decision: the
+        ones in between, delivered by the feed afterwards, are answered ``superseded``."""
         self._reset(FollowerState())
 
     def _reset(self, st: FollowerState) -> None:
@@ -195,6 +198,7 @@ class DecisionFollower:
                 await self._ack(
                     stale, AckStatus.SUPERSEDED, f"superseded by decision {take.accept.decision_id}"
                 )
+            self._skipped = (prev, take.accept.decision_id)
             await self._accept(take.accept)
             return
         d = take.resume
@@ -218,19 +222,34 @@ class DecisionFollower:
                 continue
             if not msgs:
                 continue
-            async with self.mutex:
-                sel = select(decisions, self.last_decision_id, self.subjects.ns)
-                for d in sel.ignored:
-                    reason = "advisory" if d.advisory else "old_or_foreign"
-                    self.m.ignored.labels(reason).inc()
-                    self.log.info("decision_ignored", decision_id=d.decision_id, reason=reason)
-                for d in sel.superseded:
-                    newer = sel.apply.decision_id if sel.apply else "?"
-                    await self._ack(d, AckStatus.SUPERSEDED, f"superseded by decision {newer}")
-                if sel.apply is not None:
-                    await self._accept(sel.apply)
+            await self.take_in(decisions)
             await feed.ack_all(msgs)
             self.wake.set()
+
+    async def take_in(self, decisions: list[ScalingDecision]) -> None:
+        """Answer and apply a batch of decisions from the feed (the newest is applied)."""
+        async with self.mutex:
+            sel = select(decisions, self.last_decision_id, self.subjects.ns)
+            for d in sel.ignored:
+                skipped = self._skipped
+                if (
+                    skipped is not None
+                    and not d.advisory
+                    and d.namespace == self.subjects.ns
+                    and skipped[0] < d.decision_id < skipped[1]
+                ):
+                    # published while no actuator held the lease and passed over by the takeover:
+                    # every decision gets an answer
+                    await self._ack(d, AckStatus.SUPERSEDED, f"superseded by decision {skipped[1]}")
+                    continue
+                reason = "advisory" if d.advisory else "old_or_foreign"
+                self.m.ignored.labels(reason).inc()
+                self.log.info("decision_ignored", decision_id=d.decision_id, reason=reason)
+            for d in sel.superseded:
+                newer = sel.apply.decision_id if sel.apply else "?"
+                await self._ack(d, AckStatus.SUPERSEDED, f"superseded by decision {newer}")
+            if sel.apply is not None:
+                await self._accept(sel.apply)
 
     async def _accept(self, d: ScalingDecision) -> None:
         unknown = sorted(c for c in d.targets if c not in KNOWN_COMPONENTS)
