@@ -53,7 +53,8 @@ from nats.js.kv import KeyValue
 from planner_runtime.logs import get_logger
 
 LEASES_BUCKET = "planner_leases"
-_TRANSIENT = (nats.errors.Error, OSError, TimeoutError)
+NATS_TRANSIENT = (nats.errors.Error, OSError, TimeoutError)
+"""What a NATS call raises while the server, or a JetStream asset's leader, does not answer."""
 
 log = get_logger("planner.lease")
 
@@ -222,7 +223,7 @@ class Lease:
         try:
             await asyncio.wait_for(self.kv.delete(self.key, last=rev), timeout=2.0)
             log.info("lease_released", key=self.key)
-        except _TRANSIENT as exc:
+        except NATS_TRANSIENT as exc:
             # a changed revision means someone else holds it now; otherwise it simply expires
             log.info("lease_release_skipped", key=self.key, error=str(exc) or type(exc).__name__)
 
@@ -243,8 +244,8 @@ class Lease:
 
     def acquire_every_s(self) -> float:
         """How long a standby waits between acquire attempts: ``renew_s``, or :data:`LOST_RETRY_S` after
-        losing the lease only because NATS did not answer (a cluster restart): the key is still ours,
-        and the service is back as soon as JetStream is, not up to ``renew_s`` later."""
+        losing it only to NATS (renewals unanswered, or the key found expired: a cluster restart): the
+        key is still ours or nobody's, and the service is back as soon as JetStream is."""
         return min(self.renew_s, LOST_RETRY_S) if self._lost_own else self.renew_s
 
     def pause(self, seconds: float) -> None:
@@ -301,7 +302,7 @@ class Lease:
                 return
             try:
                 await asyncio.wait_for(self.renew(), timeout=max(0.05, self.valid_until - now))
-            except _TRANSIENT as exc:
+            except NATS_TRANSIENT as exc:
                 log.warning("lease_renew_failed", key=self.key, error=str(exc) or type(exc).__name__)
                 self.renew_at = self.clock() + min(self.renew_s, 0.5)
             return
@@ -310,7 +311,7 @@ class Lease:
                 if await asyncio.wait_for(self.try_acquire(), timeout=max(1.0, self.renew_s)):
                     return
                 self._lost_own = False  # someone else holds it: an ordinary standby now
-            except _TRANSIENT as exc:
+            except NATS_TRANSIENT as exc:
                 log.debug("lease_acquire_failed", key=self.key, error=str(exc) or type(exc).__name__)
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
@@ -351,7 +352,7 @@ class Lease:
             self._sub = await nc.subscribe(f"$KV.{bucket}.{self.key}", cb=on_msg)
         try:
             await asyncio.wait_for(self.try_acquire(), timeout=max(1.0, self.renew_s))
-        except _TRANSIENT as exc:
+        except NATS_TRANSIENT as exc:
             log.warning("lease_acquire_failed", key=self.key, error=str(exc) or type(exc).__name__)
         self._task = asyncio.create_task(self._run(), name=f"lease-{self.key}")
 
@@ -369,7 +370,7 @@ class Lease:
                 log.warning("lease_loop_did_not_stop", key=self.key)
         sub, self._sub = self._sub, None
         if sub is not None:
-            with contextlib.suppress(*_TRANSIENT):
+            with contextlib.suppress(*NATS_TRANSIENT):
                 await sub.unsubscribe()
         if release:
             await self.release()

@@ -23,7 +23,6 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-import nats.errors
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -36,7 +35,7 @@ from prometheus_client import (
 from planner_proto import Subjects
 from planner_runtime.bus import Bus
 from planner_runtime.httpd import HttpEndpoint
-from planner_runtime.lease import LEASES_BUCKET, Lease, lease_kv, this_holder
+from planner_runtime.lease import LEASES_BUCKET, NATS_TRANSIENT, Lease, lease_kv, this_holder
 from planner_runtime.logs import configure_logging, get_logger
 from planner_runtime.settings import BaseSettings, LeaseSettings, SettingsError, settings_from_args
 
@@ -45,7 +44,6 @@ S = TypeVar("S", bound=BaseSettings)
 ACTIVATE_TRIES = 4
 """Activation attempts on NATS errors before an instance gives its lease up."""
 ACTIVATE_RETRY_S = 0.5
-_NATS_TRANSIENT = (nats.errors.Error, TimeoutError, OSError)
 
 
 class Service(Generic[S]):
@@ -281,7 +279,7 @@ class Service(Generic[S]):
                 raise
             except Exception as exc:
                 lease = self._lease
-                if isinstance(exc, _NATS_TRANSIENT) and attempt < ACTIVATE_TRIES and lease is not None:
+                if isinstance(exc, NATS_TRANSIENT) and attempt < ACTIVATE_TRIES and lease is not None:
                     self.log.warning("activate_retry", attempt=attempt, error=str(exc) or type(exc).__name__)
                     await asyncio.sleep(ACTIVATE_RETRY_S)
                     continue

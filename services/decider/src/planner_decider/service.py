@@ -128,16 +128,17 @@ class DeciderService(Service[DeciderSettings]):
         """Publish again the decision this instance was publishing when it lost its lease (a NATS
         cluster restart: sent, seen by plain subscribers, never acknowledged by the stream), unless
         the stream has one as new; the newest decision on the stream after that."""
-        pending, self._in_flight = self._in_flight, None
+        pending = self._in_flight
         if pending is None or (last is not None and last.decision_id >= pending.decision_id):
+            self._in_flight = None
             return last
-        self._in_flight = pending
         await self._send(pending)
-        self._in_flight = None
         self.log.warning("decision_republished", decision_id=pending.decision_id, targets=pending.targets)
         return pending
 
     async def _send(self, decision: ScalingDecision) -> None:
+        """Publish ``decision``; it is :attr:`_in_flight` until the stream acknowledges it."""
+        self._in_flight = decision
         # sent again (same Nats-Msg-Id: the stream keeps one) until the stream acknowledges it: an
         # unacknowledged publish may have reached the actuators but not the stream (no leader during
         # a NATS cluster election), and a restart reads the last decision from the stream
@@ -147,6 +148,7 @@ class DeciderService(Service[DeciderSettings]):
             msg_id=f"{self.settings.namespace}/decision/{decision.decision_id}",
             retry_s=_PUBLISH_RETRY_S,
         )
+        self._in_flight = None
 
     async def drain(self) -> None:
         async with self._lock:  # a tick that is publishing finishes first
@@ -311,9 +313,7 @@ class DeciderService(Service[DeciderSettings]):
         if not self.is_active:
             self.log.warning("not_published", decision_id=decision_id, why="lease lost")
             return
-        self._in_flight = decision
         await self._send(decision)
-        self._in_flight = None
         self.book = record(self.book, plan, decision_id, now_s, wait=not self.settings.advisory)
         self.metrics.observe_decision(decision_id, {c: plan.reasons[c] for c in plan.changed})
         self.history.add_decision(

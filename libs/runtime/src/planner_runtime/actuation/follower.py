@@ -116,9 +116,6 @@ class DecisionFollower:
         """The replica status as the last control pass left it (published by :meth:`status_loop`
         while a pass is stuck on an unanswered NATS call)."""
         self._pass_since: float | None = None
-        self._skipped: tuple[int, int] | None = None
-        """(last before, the one caught up to) of a takeover that jumped to the newest decision: the
-        ones in between, delivered by the feed afterwards, are answered ``superseded``."""
         self._reset(FollowerState())
 
     def _reset(self, st: FollowerState) -> None:
@@ -126,6 +123,9 @@ class DecisionFollower:
         self.desired: dict[str, int] = dict(st.desired)
         self.last_decision_id = st.last_decision_id
         self.completed_decision_id = st.completed_decision_id
+        self._skipped: tuple[int, int] | None = None
+        """(last before, the one caught up to) of a takeover that jumped to the newest decision: the
+        ones in between, delivered by the feed afterwards, are answered ``superseded``."""
         self.current: ScalingDecision | None = None
         self.accepted_at = 0.0
         self.external_change = False
