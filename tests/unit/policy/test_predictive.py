@@ -14,12 +14,23 @@ from planner_sim.bench import _profile
 
 
 def run(
-    shared: Path, target: float, samples: int = 40, desired: int = 2, start: int | None = None
+    shared: Path,
+    target: float,
+    samples: int = 40,
+    desired: int = 2,
+    start: int | None = None,
+    cold_miss_share: float = 0.5,
 ) -> tuple[dict[str, int], dict[str, float]]:
     """``samples`` decisions on the wobbling traffic, the fleet at ``desired`` replicas per component
     (at ``start`` for the first decision, when given)."""
     capacity = _profile(str(shared / "dynamo"))[2]
-    cfg = replace(PolicyConfig(), policy=PolicyKind.COMBINED, target_attainment=target, max_gpu_budget=-1)
+    cfg = replace(
+        PolicyConfig(),
+        policy=PolicyKind.COMBINED,
+        target_attainment=target,
+        max_gpu_budget=-1,
+        cold_miss_share=cold_miss_share,
+    )
     st = PolicyState()
     reps = {c: ComponentReplicas(desired=desired, ready=desired) for c in ("prefill", "decode")}
     result = None
@@ -59,6 +70,20 @@ def test_target_attainment_moves_the_floor(shared_data: Path) -> None:
     lo, _ = run(shared_data, 0.8)
     assert lo["prefill"] < hi["prefill"]
     assert lo["decode"] <= hi["decode"]
+
+
+def test_a_cold_floor_is_sized_for_a_share_of_the_misses(shared_data: Path) -> None:
+    """Before the errors are measured (16 samples: 3 scored), cold_miss_share 0.5 sizes the floor for
+    half the misses of 0.8 (0.9); once measured (40 samples), for 0.8 itself."""
+    cold, cdiag = run(shared_data, 0.8, samples=16, cold_miss_share=0.5)
+    plain, pdiag = run(shared_data, 0.8, samples=16, cold_miss_share=1.0)
+    n = cold["prefill"]
+    assert cdiag["prefill.predictive.predicted_attainment"] >= 0.9
+    assert cdiag[f"prefill.predictive.predicted_attainment_at_{n - 1}"] < 0.9
+    assert pdiag["prefill.predictive.predicted_attainment"] >= 0.8
+    assert cold["prefill"] > plain["prefill"] and cold["decode"] >= plain["decode"]
+    warm, _ = run(shared_data, 0.8, samples=40, cold_miss_share=0.5)
+    assert warm == run(shared_data, 0.8, samples=40, cold_miss_share=1.0)[0]
 
 
 def test_no_step_down_before_the_forecast_errors_are_measured(shared_data: Path) -> None:

@@ -88,6 +88,12 @@ class PolicyConfig:
     """Ours (combined): the share of requests that should meet both targets. The predictive floor
     picks, per component, the fewest replicas whose predicted attainment over the startup horizon
     reaches this (the policy's aggressiveness knob: lower is cheaper and riskier)."""
+    cold_miss_share: float = 0.5
+    """Ours (combined): while a demand series' forecast errors are not measured yet (a stand-in
+    spread sizes its floor), the floor allows this share of the misses ``target_attainment`` allows
+    (0.5 at 0.97: sized for 0.985). A fleet's first minutes decide a run's attainment (their misses
+    cannot be made up later) and their spread is a guess; the measured spread then sizes at the
+    target itself. 1 turns it off."""
     arrival_variability: float = 2.0
     """Ours: c_a^2 + c_s^2 of prefill arrivals and service in the queueing tail (2 = Poisson arrivals,
     exponential service); burstier traffic needs more, and the predictive floor more engines."""
@@ -211,6 +217,8 @@ def validate_config(cfg: PolicyConfig) -> PolicyConfig:
         raise ValueError(f"prefill_max_utilisation: must be in (0, 1], got {cfg.prefill_max_utilisation}")
     if not 0.0 < cfg.decode_max_utilisation <= 1.0:
         raise ValueError(f"decode_max_utilisation: must be in (0, 1], got {cfg.decode_max_utilisation}")
+    if not 0.0 < cfg.cold_miss_share <= 1.0:
+        raise ValueError(f"cold_miss_share: must be in (0, 1], got {cfg.cold_miss_share}")
     if not 0.0 < cfg.target_attainment < 1.0:
         raise ValueError(f"target_attainment: must be in (0, 1), got {cfg.target_attainment}")
     if not 0.0 < cfg.correction_smoothing <= 1.0:

@@ -99,6 +99,12 @@ class HorizonConfig:
     early_season_margin: float = 0.5
     """With fewer than ``min_errors`` scored, the season's mean absolute error must be at most this
     share of the trend forecaster's over the same samples."""
+    min_step_errors: int = 6
+    """Forecasts scored at a nearer step and at the lead before the ratio of their mean absolute
+    errors scales the nearer step's (:func:`step_scale`): a ratio of means settles well before the
+    tail of the errors does (``min_errors``); until then a fall sized at the next sample carried the
+    whole lead's spread (the sinusoid's first fall: forecasts one sample ahead sized for the errors
+    of a startup's worth of rise)."""
     step_memory: int = 60
     """Forecasts the per-step mean absolute errors average over (an exponential window)."""
     symmetric: bool = True
@@ -239,12 +245,12 @@ def _settle_steps(
 
 def step_scale(s: SeriesState, forecaster: int, steps: int, lead: int, cfg: HorizonConfig) -> float:
     """How much narrower the forecaster's errors ``steps`` ahead have been than at the ``lead``: the
-    ratio of their mean absolute errors (at most 1; 1 until both have ``min_errors`` scored)."""
+    ratio of their mean absolute errors (at most 1; 1 until both have ``min_step_errors`` scored)."""
     rec = s.step_mae[forecaster] if len(s.step_mae) == _FORECASTERS else ()
     if steps >= lead or len(rec) < lead:
         return 1.0
     (n_j, m_j), (n_lead, m_lead) = rec[steps - 1], rec[lead - 1]
-    if min(n_j, n_lead) < cfg.min_errors or m_lead <= 1e-12:
+    if min(n_j, n_lead) < cfg.min_step_errors or m_lead <= 1e-12:
         return 1.0
     return min(m_j / m_lead, 1.0)
 

@@ -31,6 +31,7 @@ from planner_core.policy.config import PolicyConfig
 from planner_core.policy.horizon import (
     HorizonConfig,
     PredictiveState,
+    SeriesState,
     best_forecast,
     demand_scenarios,
     fewest_replicas,
@@ -123,7 +124,7 @@ def predictive_floor(
                 best_forecast(st.prefill, j, hcfg, lead),
                 per,
                 demand_scenarios(st.prefill, j, hcfg, lead),
-                cfg,
+                _cold(cfg, st.prefill, hcfg),
                 pre_extra,
             ),
             lead,
@@ -141,7 +142,7 @@ def predictive_floor(
                 best_forecast(st.decode, j, hcfg, lead),
                 per,
                 demand_scenarios(st.decode, j, hcfg, lead),
-                cfg,
+                _cold(cfg, st.decode, hcfg),
                 dec_extra,
                 pooled,
             ),
@@ -164,6 +165,14 @@ def predictive_floor(
     diag["predictive.seasonal"] = float(uses_season(st.prefill, lead, hcfg))
     diag["predictive.fast_trend"] = float(uses_fast(st.prefill, hcfg))
     return out, replace(st, floor=floor), diag
+
+
+def _cold(cfg: PolicyConfig, series: SeriesState, hcfg: HorizonConfig) -> PolicyConfig:
+    """The config to size ``series`` with: while its forecast errors are not measured (the stand-in
+    spread sizes it), the target attainment that allows ``cold_miss_share`` of the misses."""
+    if cfg.cold_miss_share >= 1.0 or len(series.errors) >= hcfg.min_errors:
+        return cfg
+    return replace(cfg, target_attainment=1.0 - (1.0 - cfg.target_attainment) * cfg.cold_miss_share)
 
 
 def _over_horizon(size: Callable[[int], ComponentResult], lead: int) -> ComponentResult:
