@@ -368,7 +368,9 @@ def test_pooled_headroom_grows_with_the_square_root_of_the_fleet(
 )
 def test_step_scale(record: tuple[tuple[int, float], ...], steps: int, expected: float) -> None:
     s = SeriesState(step_mae=(record, record, record))
-    assert step_scale(s, 1, steps, 3, HorizonConfig(min_step_errors=6, min_errors=50)) == pytest.approx(expected)
+    assert step_scale(s, 1, steps, 3, HorizonConfig(min_step_errors=6, min_errors=50)) == pytest.approx(
+        expected
+    )
 
 
 def test_nearer_steps_of_smooth_traffic_are_sized_with_narrower_errors() -> None:

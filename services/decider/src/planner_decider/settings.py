@@ -52,6 +52,7 @@ class DeciderSettings(LeaseSettings, frozen=True, kw_only=True):
     predictive: bool = _D.predictive
     demand_interval_s: float = _D.demand_interval_s
     target_attainment: float = _D.target_attainment
+    cold_miss_share: float = _D.cold_miss_share
     arrival_variability: float = _D.arrival_variability
     use_forecast_upper: bool = _D.use_forecast_upper
     sensitivity: float = _D.sensitivity
