@@ -292,8 +292,10 @@ def test_every_policy_runs_and_advisory_passes_through(kind: PolicyKind, compat:
         ("gpus_per_decode", 0),
         ("down_window_s", float("nan")),
         ("max_replicas", 0),
+        ("cold_miss_share", 0.0),
+        ("cold_miss_share", 1.5),
     ],
-    ids=["sensitivity", "ttft", "budget", "gpus", "nan_window", "max_replicas"],
+    ids=["sensitivity", "ttft", "budget", "gpus", "nan_window", "max_replicas", "cold_zero", "cold_over"],
 )
 def test_validate_config_names_the_field(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):
