@@ -7,6 +7,8 @@ from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
+
 from planner_core.policy import DecisionInputs, PolicyConfig, PolicyKind, PolicyState, decide
 from planner_proto.decision import ComponentReplicas
 from planner_proto.traffic import TrafficSample
@@ -82,8 +84,11 @@ def test_a_cold_floor_is_sized_for_a_share_of_the_misses(shared_data: Path) -> N
     assert cdiag[f"prefill.predictive.predicted_attainment_at_{n - 1}"] < 0.9
     assert pdiag["prefill.predictive.predicted_attainment"] >= 0.8
     assert cold["prefill"] > plain["prefill"] and cold["decode"] >= plain["decode"]
-    warm, _ = run(shared_data, 0.8, samples=40, cold_miss_share=0.5)
+    assert cdiag["prefill.predictive.target_attainment"] == pytest.approx(0.9)
+    assert pdiag["prefill.predictive.target_attainment"] == pytest.approx(0.8)
+    warm, wdiag = run(shared_data, 0.8, samples=40, cold_miss_share=0.5)
     assert warm == run(shared_data, 0.8, samples=40, cold_miss_share=1.0)[0]
+    assert wdiag["prefill.predictive.target_attainment"] == pytest.approx(0.8)
 
 
 def test_no_step_down_before_the_forecast_errors_are_measured(shared_data: Path) -> None:

@@ -60,7 +60,8 @@ _CANDIDATE = "predictive.predicted_attainment_at_"
 
 def attainment_note(diagnostics: Mapping[str, float], targets: Mapping[str, int]) -> str:
     """The predictive floor's predicted attainment per candidate count, for the decision log:
-    ``prefill 5: 99.4 % (4: 97.9 %, 6: 99.8 %)``; empty when the policy did not predict any."""
+    ``prefill 5: 99.4 % (target 99.0 %; 4: 97.9 %, 6: 99.8 %)`` (the target the floor was sized for,
+    above the knob while it is cold); empty when the policy did not predict any."""
     parts = []
     for comp in sorted(targets):
         prefix = f"{comp}.{_CANDIDATE}"
@@ -70,6 +71,9 @@ def attainment_note(diagnostics: Mapping[str, float], targets: Mapping[str, int]
             continue
         chosen = int(floor)
         others = ", ".join(f"{k}: {100 * v:.1f} %" for k, v in sorted(cands.items()) if k != chosen)
+        target = diagnostics.get(f"{comp}.predictive.target_attainment")
+        if target is not None:
+            others = f"target {100 * target:.1f} %" + (f"; {others}" if others else "")
         head = f"{comp} {chosen}: {100 * cands[chosen]:.1f} %" if chosen in cands else f"{comp} {chosen}"
         parts.append(f"{head} ({others})" if others else head)
     return "predicted attainment: " + "; ".join(parts) if parts else ""

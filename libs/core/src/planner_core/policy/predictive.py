@@ -230,6 +230,7 @@ def _sized(
         extra = {**extra, "pooled_headroom": pooled_headroom}
     diag: Diagnostics = {
         **extra,
+        "target_attainment": cfg.target_attainment,
         "forecast_tok_per_s": fc,
         "per_replica_tok_per_s": per_replica,
         "demand_max_tok_per_s": max(demands, default=0.0),
