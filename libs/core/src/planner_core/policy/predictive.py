@@ -119,12 +119,13 @@ def predictive_floor(
         )
         per = prefill_rate_per_replica(service_ms, isl) * util
         pre_extra: Diagnostics = {"service_ms": service_ms, "utilisation_cap": util}
+        pre_cfg = _cold(cfg, st.prefill, hcfg)
         out[PREFILL] = _over_horizon(
             lambda j: _sized(
                 best_forecast(st.prefill, j, hcfg, lead),
                 per,
                 demand_scenarios(st.prefill, j, hcfg, lead),
-                _cold(cfg, st.prefill, hcfg),
+                pre_cfg,
                 pre_extra,
             ),
             lead,
@@ -137,12 +138,13 @@ def predictive_floor(
         else:
             per, pooled = thpt * cfg.gpus_per_decode * cfg.decode_max_utilisation, 0.0
         dec_extra: Diagnostics = {"itl_target_corrected_ms": itl_target}
+        dec_cfg = _cold(cfg, st.decode, hcfg)
         out[DECODE] = _over_horizon(
             lambda j: _sized(
                 best_forecast(st.decode, j, hcfg, lead),
                 per,
                 demand_scenarios(st.decode, j, hcfg, lead),
-                _cold(cfg, st.decode, hcfg),
+                dec_cfg,
                 dec_extra,
                 pooled,
             ),
@@ -150,7 +152,7 @@ def predictive_floor(
         )
     for c, series in ((PREFILL, st.prefill), (DECODE, st.decode)):
         r = out.get(c)
-        if r is None or r.target is None or len(series.errors) >= hcfg.min_errors:
+        if r is None or r.target is None or _measured(series, hcfg):
             continue
         # ours: no step down below the starting fleet while the forecast errors are not measured
         # (the prior spread stands in): the first minutes of a fleet say little about its bursts
@@ -167,10 +169,15 @@ def predictive_floor(
     return out, replace(st, floor=floor), diag
 
 
+def _measured(series: SeriesState, hcfg: HorizonConfig) -> bool:
+    """Whether the series' forecast errors are its own (else the prior spread stands in)."""
+    return len(series.errors) >= hcfg.min_errors
+
+
 def _cold(cfg: PolicyConfig, series: SeriesState, hcfg: HorizonConfig) -> PolicyConfig:
     """The config to size ``series`` with: while its forecast errors are not measured (the stand-in
     spread sizes it), the target attainment that allows ``cold_miss_share`` of the misses."""
-    if cfg.cold_miss_share >= 1.0 or len(series.errors) >= hcfg.min_errors:
+    if cfg.cold_miss_share >= 1.0 or _measured(series, hcfg):
         return cfg
     return replace(cfg, target_attainment=1.0 - (1.0 - cfg.target_attainment) * cfg.cold_miss_share)
 
