@@ -23,6 +23,7 @@ from planner_core.policy.horizon import (
     intermittent,
     pooled_capacity,
     predicted_attainment,
+    prior_errors,
     step_scale,
     update_series,
 )
@@ -78,7 +79,54 @@ def test_prior_stands_in_until_enough_errors() -> None:
     # the fixed prior, the latest change (none here) and what is measured
     scen = demand_scenarios(s, 1, cfg)
     assert len(scen) == len(PRIOR_ERRORS) + 1 + len(s.fast_errors)
-    assert sorted(scen)[-1] == pytest.approx(100.0 * (1 + max(PRIOR_ERRORS)))
+    share = 1.0 - len(s.fast_errors) / 50
+    assert sorted(scen)[-1] == pytest.approx(100.0 * (1 + max(PRIOR_ERRORS) * share))
+
+
+def test_the_prior_shrinks_as_errors_are_measured() -> None:
+    cfg = HorizonConfig(min_errors=8)
+    assert prior_errors(0, cfg) == PRIOR_ERRORS
+    half = prior_errors(4, cfg)
+    assert half == pytest.approx(tuple(e / 2 for e in PRIOR_ERRORS))
+    assert all(e == 0.0 for e in prior_errors(8, cfg))
+    assert all(e == 0.0 for e in prior_errors(20, cfg))
+    # in the scenarios: a flat series with 4 of 8 errors measured (all 0) spreads half the prior
+    flat = feed([100.0] * 30, lead=1, cfg=HorizonConfig(warmup_samples=1, min_errors=8, max_errors=4))
+    assert len(flat.fast_errors) == 4
+    scen = demand_scenarios(flat, 1, HorizonConfig(warmup_samples=1, min_errors=8, symmetric=False))
+    assert max(scen) == pytest.approx(100.0 * (1 + max(PRIOR_ERRORS) / 2))
+
+
+def test_a_rise_of_continuous_traffic_is_damped_harder_than_a_fall_or_a_burst() -> None:
+    cfg = HorizonConfig()
+    rise = feed([100.0 + 20 * i for i in range(12)], lead=5, cfg=cfg)
+    assert rise.fast_trend > 0
+    level = rise.fast_level
+    assert level is not None
+    damped = level + rise.fast_trend * sum(cfg.rise_damping**k for k in range(1, 6))
+    assert fast_forecast(rise, 5, cfg) == pytest.approx(damped)
+    # a fall is carried on at the fast damping (a fall that stops is a trough, not a peak's miss)
+    fall = feed([400.0 - 20 * i for i in range(12)], lead=5, cfg=cfg)
+    assert fall.fast_level is not None and fall.fast_trend < 0
+    carried = fall.fast_level + fall.fast_trend * sum(cfg.fast_damping**k for k in range(1, 6))
+    assert fast_forecast(fall, 5, cfg) == pytest.approx(carried)
+    # a rise out of silence (on-off traffic) is a burst: not damped (its forecast is capped at the
+    # largest burst seen instead, see _trend)
+    burst = feed([0.0, 0.0, 0.0, 0.0, 100.0, 300.0], lead=5, cfg=cfg)
+    assert intermittent(burst, 5)
+    assert burst.fast_level is not None and burst.fast_trend > 0
+    undamped = burst.fast_level + burst.fast_trend * sum(cfg.fast_damping**k for k in range(1, 6))
+    assert fast_forecast(burst, 5, cfg) == pytest.approx(undamped)
+
+
+def test_errors_are_measured_against_the_rise_as_damped() -> None:
+    # a steady ramp: the forecast scored a lead later is the damped one the floor sized for, so the
+    # measured error is the ramp's distance from it (a harder damping under-forecasts a ramp more)
+    cfg = HorizonConfig(warmup_samples=1)
+    values = [100.0 + 20 * i for i in range(30)]
+    s = feed(values, lead=3, cfg=cfg)
+    looser = feed(values, lead=3, cfg=replace(cfg, rise_damping=cfg.fast_damping))
+    assert s.fast_errors[-1] > looser.fast_errors[-1] > 0.0
 
 
 def test_a_fleet_starting_on_a_ramp_sizes_for_the_ramp_continuing() -> None:

@@ -75,10 +75,10 @@ def test_target_attainment_moves_the_floor(shared_data: Path) -> None:
 
 
 def test_a_cold_floor_is_sized_for_a_share_of_the_misses(shared_data: Path) -> None:
-    """Before the errors are measured (16 samples: 3 scored), cold_miss_share 0.5 sizes the floor for
+    """Before the errors are measured (14 samples: 1 scored), cold_miss_share 0.5 sizes the floor for
     half the misses of 0.8 (0.9); once measured (40 samples), for 0.8 itself."""
-    cold, cdiag = run(shared_data, 0.8, samples=16, cold_miss_share=0.5)
-    plain, pdiag = run(shared_data, 0.8, samples=16, cold_miss_share=1.0)
+    cold, cdiag = run(shared_data, 0.8, samples=14, cold_miss_share=0.5)
+    plain, pdiag = run(shared_data, 0.8, samples=14, cold_miss_share=1.0)
     n = cold["prefill"]
     assert cdiag["prefill.predictive.predicted_attainment"] >= 0.9
     assert cdiag[f"prefill.predictive.predicted_attainment_at_{n - 1}"] < 0.9
