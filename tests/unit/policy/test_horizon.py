@@ -100,10 +100,8 @@ def test_the_prior_shrinks_as_errors_are_measured() -> None:
 def test_a_rise_of_continuous_traffic_is_damped_harder_than_a_fall_or_a_burst() -> None:
     cfg = HorizonConfig()
     rise = feed([100.0 + 20 * i for i in range(12)], lead=5, cfg=cfg)
-    assert rise.fast_trend > 0
-    level = rise.fast_level
-    assert level is not None
-    damped = level + rise.fast_trend * sum(cfg.rise_damping**k for k in range(1, 6))
+    assert rise.fast_level is not None and rise.fast_trend > 0
+    damped = rise.fast_level + rise.fast_trend * sum(cfg.rise_damping**k for k in range(1, 6))
     assert fast_forecast(rise, 5, cfg) == pytest.approx(damped)
     # a fall is carried on at the fast damping (a fall that stops is a trough, not a peak's miss)
     fall = feed([400.0 - 20 * i for i in range(12)], lead=5, cfg=cfg)

@@ -363,10 +363,8 @@ def forecast(s: SeriesState, steps: int, cfg: HorizonConfig) -> float:
 def fast_forecast(s: SeriesState, steps: int, cfg: HorizonConfig, lead: int | None = None) -> float:
     """The fast Holt's forecast ``steps`` samples ahead: a rise damped at ``rise_damping`` unless the
     demand is :func:`intermittent` over the ``lead`` (default: ``steps``)."""
-    damping = cfg.fast_damping
-    if s.fast_trend > 0 and not intermittent(s, steps if lead is None else lead):
-        damping = min(damping, cfg.rise_damping)
-    return _ahead(s.fast_level, s.fast_trend, damping, steps)
+    rise = s.fast_trend > 0 and not intermittent(s, steps if lead is None else lead)
+    return _ahead(s.fast_level, s.fast_trend, cfg.rise_damping if rise else cfg.fast_damping, steps)
 
 
 def _abs_error_sums(a: Sequence[float], b: Sequence[float], at_least: int) -> tuple[float, float] | None:
