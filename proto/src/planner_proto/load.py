@@ -74,3 +74,14 @@ class WorkerLoadSample(msgspec.Struct, frozen=True, kw_only=True):
     """Output tokens of the finished requests (vLLM ``request_generation_tokens``)."""
     gen_throughput_tokens_per_s: NonNegFloat = 0.0
     """The engine's latest generation throughput, a gauge (SGLang ``gen_throughput``)."""
+    # Appended: traffic totals, for the fleet's traffic from its own counters. None when the engine
+    # does not export the series (llama.cpp counts no requests; SGLang exports the length histograms
+    # only with --collect-tokens-histogram), so that "not exported" is never read as "no traffic".
+    requests_total: NonNegFloat | None = None
+    """Requests finished so far, every finish reason (vLLM ``request_success_total``)."""
+    isl_tokens_sum: NonNegFloat | None = None
+    isl_tokens_count: NonNegFloat | None = None
+    """The prompt-length histogram's ``_sum``/``_count`` (vLLM ``request_prompt_tokens``)."""
+    osl_tokens_sum: NonNegFloat | None = None
+    osl_tokens_count: NonNegFloat | None = None
+    """The output-length histogram's ``_sum``/``_count`` (vLLM ``request_generation_tokens``)."""

@@ -17,6 +17,7 @@ from planner_predictor.prometheus import (
     mean_query,
     parse_scalar,
     sample_of,
+    series_map,
 )
 
 
@@ -67,7 +68,7 @@ async def test_count_falls_back_and_remembers() -> None:
         prom = PrometheusTraffic(http, "http://prom:9090/", "p", {}, 1.0)
         r = await prom.read(1000.0, 60.0)
         assert r.num_requests == 7.0 and r.means["isl"] is None and r.errors == ()
-        assert prom.count_metrics[0] == "requests_started_total"
+        assert prom.count_metrics[0] == "p_requests_started_total"
 
 
 async def test_errors_are_reported_by_kind() -> None:
@@ -94,3 +95,75 @@ def test_sample_of() -> None:
     assert s.mean_ttft_ms == 250.0 and s.mean_itl_ms == 20.0 and s.mean_osl_tokens is None
     assert s.source == "prometheus"
     assert sample_of(Reading(None, {}), namespace="n", now_s=600.0, window_s=60.0) is None
+
+
+# ---- engine series maps ---------------------------------------------------------------------------
+
+
+async def _queries(series: str, answers: dict[str, dict[str, object]], **labels: str) -> list[str]:
+    """Every PromQL the reader sends for one interval, with the answers by substring."""
+    sent: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        q = request.url.params["query"]
+        sent.append(q)
+        for key, answer in answers.items():
+            if key in q:
+                return httpx.Response(200, text=json.dumps(answer))
+        return httpx.Response(200, text=json.dumps(vector(None)))
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as http:
+        await PrometheusTraffic(http, "http://prom:9090", series_map(series, "unused"), labels, 1.0).read(
+            1000.0, 60.0
+        )
+    return sent
+
+
+async def test_vllm_series_names() -> None:
+    sent = await _queries("vllm", {"request_success_total": vector("4")}, model_name="tiny")
+    sel = '{model_name="tiny"}[60000ms]'
+    assert sent[0] == f"sum(increase(vllm:request_success_total{sel}))"
+    assert (
+        f"sum(increase(vllm:request_prompt_tokens_sum{sel})) / sum(increase(vllm:request_prompt_tokens_count{sel}))"
+        in sent
+    )
+    assert (
+        f"sum(increase(vllm:request_generation_tokens_sum{sel})) / sum(increase(vllm:request_generation_tokens_count{sel}))"
+        in sent
+    )
+    assert (
+        f"sum(increase(vllm:time_to_first_token_seconds_sum{sel})) / sum(increase(vllm:time_to_first_token_seconds_count{sel}))"
+        in sent
+    )
+    # no ITL data: the older name is tried next
+    itl = [q for q in sent if "inter_token" in q or "time_per_output" in q]
+    assert ["inter_token_latency" in itl[0], "time_per_output_token" in itl[1]] == [True, True]
+    assert not any("vllm:_" in q or "dynamo" in q for q in sent)
+
+
+async def test_sglang_isl_falls_back_to_token_counters() -> None:
+    sent = await _queries("sglang", {"sglang:num_requests_total": vector("3")})
+    assert sent[0] == "sum(increase(sglang:num_requests_total[60000ms]))"
+    isl = [q for q in sent if "prompt_tokens" in q]
+    assert isl == [
+        "sum(increase(sglang:prompt_tokens_histogram_sum[60000ms])) / sum(increase(sglang:prompt_tokens_histogram_count[60000ms]))",
+        "sum(increase(sglang:prompt_tokens_total[60000ms])) / sum(increase(sglang:num_requests_total[60000ms]))",
+    ]
+
+
+async def test_dynamo_default_is_unchanged() -> None:
+    sent = await _queries("dynamo", {}, model="m")
+    assert sent[:2] == [
+        'sum(increase(unused_requests_total{model="m"}[60000ms]))',
+        'sum(increase(unused_requests_started_total{model="m"}[60000ms]))',
+    ]
+
+
+def test_settings_series_and_labels() -> None:
+    from planner_predictor.settings import PredictorSettings
+
+    vllm = PredictorSettings(source="prometheus", prometheus_series="vllm", prometheus_model="tiny")
+    assert vllm.label_filters() == {"model_name": "tiny"}
+    assert PredictorSettings(prometheus_model="m").label_filters() == {"model": "m"}
+    with pytest.raises(ValueError, match="no request counter"):
+        PredictorSettings(source="prometheus", prometheus_series="llamacpp")

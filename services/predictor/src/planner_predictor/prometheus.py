@@ -1,17 +1,22 @@
-"""Traffic read from Prometheus over its HTTP API (``/api/v1/query``), from the frontend metrics.
+"""Traffic read from Prometheus over its HTTP API (``/api/v1/query``), from the frontend's or the
+engines' own series.
 
-Per interval ``w`` ending at ``now``: the request count is ``sum(increase({p}_requests_total[w]))``
-(falling back to ``{p}_requests_started_total``); each average is ``sum(increase(X_sum[w])) /
-sum(increase(X_count[w]))`` over the TTFT, ITL, ISL, OSL and request-duration histograms. A query that
-returns nothing means "unknown" (no such series, or Prometheus has no data yet), never zero traffic;
-an increase of 0 is zero traffic, and its averages are NaN (0/0), i.e. None.
+Per interval ``w`` ending at ``now``: the request count is ``sum(increase(R[w]))`` for the first
+request counter ``R`` of the series map with data; each average is ``sum(increase(S[w])) /
+sum(increase(C[w]))`` for a histogram's ``_sum``/``_count`` (TTFT, ITL, ISL, OSL, request duration),
+or a fallback pair of counters (SGLang without length histograms: prompt tokens over requests). A
+query that returns nothing means "unknown" (no such series, or Prometheus has no data yet), never zero
+traffic; an increase of 0 is zero traffic, and its averages are NaN (0/0), i.e. None.
+
+Each engine names these series its own way; :data:`ENGINE_SERIES` maps them (``prometheus_series``),
+and the Dynamo frontend's names take the configurable prefix (``metric_prefix``, the default).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -25,6 +30,84 @@ HISTOGRAMS = {
     "osl": "output_sequence_tokens",
     "duration": "request_duration_seconds",
 }
+MEAN_KEYS = tuple(HISTOGRAMS)
+
+Ratio = tuple[str, str]
+"""``(numerator, denominator)``: full names of two counters whose increases divide to a mean."""
+
+
+def _hist(name: str) -> Ratio:
+    return (f"{name}_sum", f"{name}_count")
+
+
+@dataclass(frozen=True)
+class SeriesMap:
+    """Where one source keeps the request count and each mean (full series names)."""
+
+    counts: tuple[str, ...]
+    """Request counters, first with data wins."""
+    means: Mapping[str, tuple[Ratio, ...]] = field(default_factory=dict)
+    """Mean key (ttft, itl, isl, osl, duration) -> candidate ratios, first with data wins."""
+    model_label: str = "model"
+    """The label that names the model (``prometheus_model`` filters on it)."""
+
+
+def dynamo_series(prefix: str) -> SeriesMap:
+    """The Dynamo frontend's names (also what our loadgen exports), under ``prefix``."""
+    return SeriesMap(
+        counts=tuple(f"{prefix}_{n}" for n in COUNT_METRICS),
+        means={k: (_hist(f"{prefix}_{h}"),) for k, h in HISTOGRAMS.items()},
+    )
+
+
+ENGINE_SERIES: dict[str, SeriesMap] = {
+    # vLLM counts a request when it finishes (every finished_reason label summed); the length
+    # histograms are recorded at the same moment, so count and means describe the same requests.
+    "vllm": SeriesMap(
+        counts=("vllm:request_success_total",),
+        means={
+            "ttft": (_hist("vllm:time_to_first_token_seconds"),),
+            # vLLM >= 0.11; older releases only time_per_output_token_seconds
+            "itl": (_hist("vllm:inter_token_latency_seconds"), _hist("vllm:time_per_output_token_seconds")),
+            "isl": (_hist("vllm:request_prompt_tokens"),),
+            "osl": (_hist("vllm:request_generation_tokens"),),
+            "duration": (_hist("vllm:e2e_request_latency_seconds"),),
+        },
+        model_label="model_name",
+    ),
+    # SGLang: the length histograms only with --collect-tokens-histogram; otherwise the token
+    # counters over the request counter give the same means.
+    "sglang": SeriesMap(
+        counts=("sglang:num_requests_total",),
+        means={
+            "ttft": (_hist("sglang:time_to_first_token_seconds"),),
+            "itl": (_hist("sglang:inter_token_latency_seconds"),),
+            "isl": (
+                _hist("sglang:prompt_tokens_histogram"),
+                ("sglang:prompt_tokens_total", "sglang:num_requests_total"),
+            ),
+            "osl": (
+                _hist("sglang:generation_tokens_histogram"),
+                ("sglang:generation_tokens_total", "sglang:num_requests_total"),
+            ),
+            "duration": (_hist("sglang:e2e_request_latency_seconds"),),
+        },
+        model_label="model_name",
+    ),
+    # llama-server --metrics has no request counter and no latency histograms: only token counters
+    # and the seconds spent on them. Means per token are known, the request count is not (the
+    # settings refuse this map for the Prometheus source and say so).
+    "llamacpp": SeriesMap(
+        counts=(),
+        means={"itl": (("llamacpp:tokens_predicted_seconds_total", "llamacpp:tokens_predicted_total"),)},
+        model_label="",
+    ),
+}
+
+
+def series_map(series: str, prefix: str) -> SeriesMap:
+    """The map for ``prometheus_series`` (``dynamo`` takes ``metric_prefix``)."""
+    return dynamo_series(prefix) if series == "dynamo" else ENGINE_SERIES[series]
 
 
 class PromQueryError(Exception):
@@ -47,13 +130,22 @@ def duration(window_s: float) -> str:
     return f"{max(1, round(window_s * 1000))}ms"
 
 
+def increase_query(name: str, labels: Mapping[str, str], window_s: float) -> str:
+    return f"sum(increase({name}{selector(labels)}[{duration(window_s)}]))"
+
+
+def ratio_query(ratio: Ratio, labels: Mapping[str, str], window_s: float) -> str:
+    return f"{increase_query(ratio[0], labels, window_s)} / {increase_query(ratio[1], labels, window_s)}"
+
+
 def count_query(prefix: str, name: str, labels: Mapping[str, str], window_s: float) -> str:
-    return f"sum(increase({prefix}_{name}{selector(labels)}[{duration(window_s)}]))"
+    """A Dynamo-frontend counter under ``prefix``."""
+    return increase_query(f"{prefix}_{name}", labels, window_s)
 
 
 def mean_query(prefix: str, hist: str, labels: Mapping[str, str], window_s: float) -> str:
-    sel, w = selector(labels), duration(window_s)
-    return f"sum(increase({prefix}_{hist}_sum{sel}[{w}])) / sum(increase({prefix}_{hist}_count{sel}[{w}]))"
+    """A Dynamo-frontend histogram's mean under ``prefix``."""
+    return ratio_query(_hist(f"{prefix}_{hist}"), labels, window_s)
 
 
 def parse_scalar(body: object) -> float | None:
@@ -95,17 +187,25 @@ class PrometheusTraffic:
         self,
         client: httpx.AsyncClient,
         base_url: str,
-        prefix: str,
+        series: str | SeriesMap,
         labels: Mapping[str, str],
         timeout_s: float,
-        count_metrics: Sequence[str] = COUNT_METRICS,
+        count_metrics: Sequence[str] | None = None,
     ) -> None:
+        """``series``: a map, or a Dynamo frontend prefix (``count_metrics`` then names its request
+        counters without the prefix)."""
         self.client = client
         self.url = base_url.rstrip("/") + "/api/v1/query"
-        self.prefix = prefix
+        if isinstance(series, str):
+            names = COUNT_METRICS if count_metrics is None else count_metrics
+            series = SeriesMap(
+                counts=tuple(f"{series}_{n}" for n in names), means=dynamo_series(series).means
+            )
+        self.series = series
         self.labels = dict(labels)
         self.timeout_s = timeout_s
-        self.count_metrics = list(count_metrics)
+        self.count_metrics = list(series.counts)
+        self.mean_ratios = {k: list(v) for k, v in series.means.items()}
 
     async def query(self, promql: str, at_s: float) -> float | None:
         try:
@@ -126,7 +226,7 @@ class PrometheusTraffic:
         """First count metric with data wins (and is tried first next time)."""
         for name in list(self.count_metrics):
             try:
-                v = await self.query(count_query(self.prefix, name, self.labels, window_s), now_s)
+                v = await self.query(increase_query(name, self.labels, window_s), now_s)
             except PromQueryError as exc:
                 errors.append(f"count:{exc.kind}")
                 continue
@@ -137,17 +237,27 @@ class PrometheusTraffic:
                 return max(v, 0.0)
         return None
 
+    async def mean(self, key: str, now_s: float, window_s: float, errors: list[str]) -> float | None:
+        """First ratio of ``key`` with data wins (and is tried first next time). A ratio answering
+        NaN (0/0: the series exist, no request in the interval) is the answer, not a miss."""
+        ratios = self.mean_ratios.get(key, [])
+        for ratio in list(ratios):
+            try:
+                v = await self.query(ratio_query(ratio, self.labels, window_s), now_s)
+            except PromQueryError as exc:
+                errors.append(f"{key}:{exc.kind}")
+                continue
+            if v is not None:
+                if ratio != ratios[0]:
+                    ratios.remove(ratio)
+                    ratios.insert(0, ratio)
+                return finite_or_none(v)
+        return None
+
     async def read(self, now_s: float, window_s: float) -> Reading:
         errors: list[str] = []
         count = await self.count(now_s, window_s, errors)
-        means: dict[str, float | None] = {}
-        for key, hist in HISTOGRAMS.items():
-            try:
-                v = await self.query(mean_query(self.prefix, hist, self.labels, window_s), now_s)
-            except PromQueryError as exc:
-                errors.append(f"{key}:{exc.kind}")
-                v = None
-            means[key] = finite_or_none(v)
+        means = {key: await self.mean(key, now_s, window_s, errors) for key in MEAN_KEYS}
         return Reading(count, means, tuple(errors))
 
 

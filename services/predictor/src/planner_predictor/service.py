@@ -13,12 +13,14 @@ import time
 import httpx
 from prometheus_client import Counter, Gauge
 
+from planner_core.engines.traffic import FleetTraffic
 from planner_core.forecast import LoadForecaster
-from planner_predictor.prometheus import PrometheusTraffic, sample_of
+from planner_predictor.engines import counters_of, engine_key
+from planner_predictor.prometheus import PrometheusTraffic, sample_of, series_map
 from planner_predictor.settings import PredictorSettings
 from planner_predictor.traffic import Observation, TrafficAccumulator, abs_pct_error, observation_of
 from planner_predictor.warm import warm_start
-from planner_proto import LoadForecast, TrafficSample
+from planner_proto import LoadForecast, TrafficSample, WorkerLoadSample
 from planner_runtime.service import Service, run_service
 
 
@@ -51,6 +53,22 @@ class PredictorMetrics:
         self.forecasts = Counter(
             "planner_predictor_forecasts", "Forecasts published, by reason", ["reason"], registry=r
         )
+        self.engines_counted = Gauge(
+            "planner_traffic_engines",
+            "Engines whose counters made the last interval's traffic (source engines)",
+            registry=r,
+        )
+        self.engine_resets = Counter(
+            "planner_traffic_engine_resets",
+            "Engine counter resets (restarts) seen while summing the fleet's traffic (source engines)",
+            registry=r,
+        )
+        self.engines_unknown = Counter(
+            "planner_traffic_unknown_intervals",
+            "Intervals whose traffic the engines' counters could not give, by reason (source engines)",
+            ["reason"],
+            registry=r,
+        )
 
 
 class PredictorService(Service[PredictorSettings]):
@@ -65,6 +83,7 @@ class PredictorService(Service[PredictorSettings]):
         self.last_forecast: LoadForecast | None = None
         self._http: httpx.AsyncClient | None = None
         self._prom: PrometheusTraffic | None = None
+        self.fleet: FleetTraffic | None = None
 
     async def setup(self) -> None:
         s = self.settings
@@ -74,8 +93,15 @@ class PredictorService(Service[PredictorSettings]):
         if s.source == "prometheus":
             self._http = httpx.AsyncClient()
             self._prom = PrometheusTraffic(
-                self._http, s.prometheus_url, s.metric_prefix, s.label_filters(), s.prometheus_timeout_s
+                self._http,
+                s.prometheus_url,
+                series_map(s.prometheus_series, s.metric_prefix),
+                s.label_filters(),
+                s.prometheus_timeout_s,
             )
+        elif s.source == "engines":
+            self.fleet = FleetTraffic(s.namespace, forget_after_s=max(600.0, 10 * s.interval_s))
+            await self.bus.subscribe(self.subjects.load(), WorkerLoadSample, self._on_load)
         else:
             await self.bus.subscribe(self.subjects.traffic(), TrafficSample, self._on_traffic)
         self.every(s.interval_s, self._tick, "forecast")
@@ -86,6 +112,13 @@ class PredictorService(Service[PredictorSettings]):
         if not self.accumulator.add(sample):
             self.bus.count_bad(subject, "not_finite")
 
+    async def _on_load(self, sample: WorkerLoadSample, subject: str) -> None:
+        key = engine_key(subject)
+        if key is None or self.fleet is None:
+            self.bus.count_bad(subject, "bad_subject")
+            return
+        self.fleet.add(key[1], counters_of(sample, key[0]))
+
     # ---- tick ----------------------------------------------------------------------------------
     async def _tick(self) -> None:
         now_s = time.time()
@@ -95,6 +128,8 @@ class PredictorService(Service[PredictorSettings]):
         await self.bus.publish(self.subjects.forecast(), forecast)
 
     async def _close_interval(self, now_s: float) -> Observation | None:
+        if self.fleet is not None:
+            return await self._close_engines(now_s)
         if self._prom is None:
             return self.accumulator.close()
         s = self.settings
@@ -109,6 +144,21 @@ class PredictorService(Service[PredictorSettings]):
         if s.publish_traffic:
             await self.bus.publish(self.subjects.traffic(), sample)
         return observation_of(sample, s.interval_s)
+
+    async def _close_engines(self, now_s: float) -> Observation | None:
+        """The interval from the engines' counters; published for the decider like any traffic."""
+        assert self.fleet is not None
+        s = self.settings
+        reading = self.fleet.close(now_s, s.interval_s)
+        self.metrics.engines_counted.set(reading.engines)
+        self.metrics.engine_resets.inc(reading.resets)
+        if reading.sample is None:
+            self.metrics.engines_unknown.labels(reading.reason).inc()
+            self.log.info("engine_traffic_unknown", reason=reading.reason, engines=self.fleet.known_engines)
+            return None
+        if s.publish_traffic:
+            await self.bus.publish(self.subjects.traffic(), reading.sample)
+        return observation_of(reading.sample, s.interval_s)
 
     def step(self, obs: Observation | None, now_s: float) -> LoadForecast:
         """Score the last forecast, learn the interval, forecast the next one (pure but for metrics)."""
@@ -167,6 +217,7 @@ class PredictorService(Service[PredictorSettings]):
         fc = self.last_forecast
         return {
             "source": self.settings.source,
+            "engines_known": self.fleet.known_engines if self.fleet is not None else 0,
             "intervals_seen": self.forecaster.samples_seen,
             "last_reason": fc.reason if fc is not None else "none",
         }

@@ -9,6 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from planner_core.forecast import AUTO_CANDIDATES, ForecastConfig, prophet_available
+from planner_predictor.prometheus import series_map
 from planner_runtime.settings import BaseSettings
 
 ModelName = Literal["constant", "moving_average", "holt", "arima", "kalman", "prophet", "auto"]
@@ -22,8 +23,13 @@ def _auto_candidates() -> list[ModelName]:
 class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
     """Predictor service: forecasts next-interval request count, mean ISL and mean OSL."""
 
-    source: Literal["nats", "prometheus"] = "nats"
-    """Where traffic comes from: TrafficSample on NATS, or PromQL over the frontend histograms."""
+    source: Literal["nats", "prometheus", "engines"] = "nats"
+    """Where traffic comes from: TrafficSample on NATS (loadgen, a frontend), PromQL over the
+    frontend's or the engines' series (``prometheus_series``), or ``engines``: the scraped engines' own
+    counters (WorkerLoadSample from the relays' scrape adapters; requests finished, prompt and
+    generated tokens, the length histograms) summed over the fleet, for a stock fleet with no
+    frontend and no Prometheus. Explicit, never automatic: with a loadgen or frontend also
+    publishing, the same requests would be counted twice."""
     interval_s: Annotated[float, Meta(gt=0.0, le=86_400.0)] = 60.0
     """Forecast interval: one observation and one LoadForecast per interval."""
     model: ModelName = "auto"
@@ -41,13 +47,24 @@ class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
     """Trace file (Azure CSV or Mooncake JSONL) binned per interval and fed before live traffic."""
     prometheus_url: str = "http://127.0.0.1:9090"
     prometheus_timeout_s: Annotated[float, Meta(gt=0.0, le=300.0)] = 5.0
+    prometheus_series: Literal["dynamo", "vllm", "sglang", "llamacpp"] = "dynamo"
+    """Whose series the Prometheus source reads: ``dynamo`` (a Dynamo frontend or our loadgen,
+    ``{metric_prefix}_requests_total`` and the ``_input_sequence_tokens``... histograms) or an engine's
+    own: ``vllm`` (``vllm:request_success_total``, ``vllm:request_prompt_tokens``,
+    ``vllm:request_generation_tokens``, ``vllm:time_to_first_token_seconds``,
+    ``vllm:inter_token_latency_seconds``), ``sglang`` (``sglang:num_requests_total``, the token
+    histograms or counters, ``sglang:time_to_first_token_seconds``...). ``llamacpp`` is refused:
+    llama-server counts no requests (use ``source: engines`` alongside engines that do)."""
     metric_prefix: Annotated[str, Meta(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")] = "dynamo_frontend"
+    """Prefix of the Dynamo frontend's series (``prometheus_series: dynamo`` only)."""
     prometheus_model: LabelValue = ""
-    """Only series with this ``model`` label (empty: all)."""
+    """Only series of this model (label ``model`` on a frontend, ``model_name`` on vLLM and SGLang;
+    empty: all)."""
     prometheus_dynamo_namespace: LabelValue = ""
-    """Only series with this ``dynamo_namespace`` label (empty: all)."""
+    """Only series with this ``dynamo_namespace`` label (frontend series only; empty: all)."""
     publish_traffic: bool = True
-    """With the Prometheus source, also publish each interval's TrafficSample on NATS (for the decider)."""
+    """With the Prometheus or engines source, also publish each interval's TrafficSample on NATS (for
+    the decider's floor)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -63,6 +80,15 @@ class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
             raise ValueError(
                 f"prometheus_url must start with http:// or https://, got {self.prometheus_url!r}"
             )
+        if self.source == "prometheus" and self.prometheus_series == "llamacpp":
+            raise ValueError(
+                "prometheus_series: llamacpp exports no request counter (only prompt and generated"
+                " token counters), so PromQL cannot count its requests; use source: engines (requests"
+                " estimated from prompt tokens over the ISL of engines that count them) or a"
+                " frontend's series (dynamo)"
+            )
+        if self.prometheus_series != "dynamo" and self.prometheus_dynamo_namespace:
+            raise ValueError("prometheus_dynamo_namespace applies only to prometheus_series: dynamo")
 
     def forecast_config(self) -> ForecastConfig:
         return ForecastConfig(
@@ -76,7 +102,7 @@ class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
     def label_filters(self) -> dict[str, str]:
         out = {}
         if self.prometheus_model:
-            out["model"] = self.prometheus_model
+            out[series_map(self.prometheus_series, self.metric_prefix).model_label] = self.prometheus_model
         if self.prometheus_dynamo_namespace:
             out["dynamo_namespace"] = self.prometheus_dynamo_namespace
         return out

@@ -55,6 +55,13 @@ class Adapter(msgspec.Struct, frozen=True, kw_only=True):
     """Per-request decode time and output tokens (vLLM): an ITL where no ITL histogram is exported."""
     gen_throughput: tuple[str, ...] = ()
     """A generation tokens/s gauge (SGLang): with the running requests, an ITL as a last resort."""
+    requests: tuple[str, ...] = ()
+    """Requests finished so far (all finish reasons summed); none for llama.cpp, which counts none."""
+    isl_sum: tuple[str, ...] = ()
+    isl_count: tuple[str, ...] = ()
+    osl_sum: tuple[str, ...] = ()
+    osl_count: tuple[str, ...] = ()
+    """The per-request prompt-length and output-length histograms' ``_sum``/``_count``."""
 
 
 # TRT-LLM serve has used several prefixes (``trtllm_`` on /prometheus/metrics, ``trtllm:`` when
@@ -94,6 +101,11 @@ ADAPTERS: dict[str, Adapter] = {
         decode_seconds_sum=("vllm:request_decode_time_seconds_sum",),
         decode_seconds_count=("vllm:request_decode_time_seconds_count",),
         decode_output_tokens=("vllm:request_generation_tokens_sum",),
+        requests=("vllm:request_success_total",),
+        isl_sum=("vllm:request_prompt_tokens_sum",),
+        isl_count=("vllm:request_prompt_tokens_count",),
+        osl_sum=("vllm:request_generation_tokens_sum",),
+        osl_count=("vllm:request_generation_tokens_count",),
     ),
     "sglang": Adapter(
         running=("sglang:num_running_reqs",),
@@ -108,6 +120,12 @@ ADAPTERS: dict[str, Adapter] = {
         ttft_buckets=_hist(_SGL_TTFT, "bucket"),
         itl_buckets=_hist(_SGL_ITL, "bucket"),
         gen_throughput=("sglang:gen_throughput",),
+        # counted when a request finishes; the length histograms only with --collect-tokens-histogram
+        requests=("sglang:num_requests_total",),
+        isl_sum=("sglang:prompt_tokens_histogram_sum",),
+        isl_count=("sglang:prompt_tokens_histogram_count",),
+        osl_sum=("sglang:generation_tokens_histogram_sum",),
+        osl_count=("sglang:generation_tokens_histogram_count",),
     ),
     "trtllm": Adapter(
         running=_trt("num_requests_running"),
@@ -167,6 +185,12 @@ class LoadReading(msgspec.Struct, frozen=True, kw_only=True):
     decode_seconds_count: float = 0.0
     decode_output_tokens_sum: float = 0.0
     gen_throughput_tokens_per_s: float = 0.0
+    requests_total: float | None = None
+    isl_tokens_sum: float | None = None
+    isl_tokens_count: float | None = None
+    osl_tokens_sum: float | None = None
+    osl_tokens_count: float | None = None
+    """Traffic totals; None when the kind exports no such series or the text lacked it."""
     missing: tuple[str, ...] = ()
     """Quantities the adapter reads for this kind that the text did not have (left at 0)."""
 
@@ -274,6 +298,18 @@ def read_load(kind: str, text: str, max_kv_tokens: int = 0) -> LoadReading:
         timing["step_width_total"] = None if mean is None or steps is None else mean * steps
     values = core | timing
     missing = [k for k, v in values.items() if v is None]
+    traffic: dict[str, float | None] = {}
+    for field, names in (
+        ("requests_total", adapter.requests),
+        ("isl_tokens_sum", adapter.isl_sum),
+        ("isl_tokens_count", adapter.isl_count),
+        ("osl_tokens_sum", adapter.osl_sum),
+        ("osl_tokens_count", adapter.osl_count),
+    ):
+        value = total(names) if names else None
+        traffic[field] = None if value is None else max(0.0, value)
+        if names and value is None:
+            missing.append(field)
     out = {k: max(0.0, v or 0.0) for k, v in values.items()}
     no_buckets: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     ttft_b = _pick_buckets(buckets, adapter.ttft_buckets)
@@ -291,5 +327,10 @@ def read_load(kind: str, text: str, max_kv_tokens: int = 0) -> LoadReading:
         itl_bucket_le_s=itl_b[0],
         itl_bucket_counts=itl_b[1],
         missing=tuple(missing),
+        requests_total=traffic["requests_total"],
+        isl_tokens_sum=traffic["isl_tokens_sum"],
+        isl_tokens_count=traffic["isl_tokens_count"],
+        osl_tokens_sum=traffic["osl_tokens_sum"],
+        osl_tokens_count=traffic["osl_tokens_count"],
         **out,
     )

@@ -1,0 +1,214 @@
+"""The fleet's traffic from its engines' own cumulative counters (pure; time is an argument).
+
+Each scraped engine reports running totals: requests finished, prompt and generated tokens, and the
+``_sum``/``_count`` of its prompt-length and output-length histograms. The traffic of an interval is
+the sum over engines of each total's increase between consecutive readings of the same engine, the
+way Prometheus' ``increase()`` works:
+
+- a total that went down means the engine restarted: every total of that reading is counted from 0
+  (all of an engine's counters restart together, so one drop resets them all);
+- an engine's first reading is only a baseline (its totals include traffic from before it was seen);
+- an engine that stops reporting keeps what it counted; it is forgotten after ``forget_after_s``;
+- readings are keyed per engine and compared by their own timestamps, so a reading relayed twice (two
+  relays during a hand-over) or out of order adds nothing: summing per-engine increases is safe however
+  the engines are sharded between relays, where summing per-relay rates would not be.
+
+Requests are counted where they finish (vLLM ``request_success_total``; the length histograms are
+recorded at the same moment, so count, ISL and OSL describe the same requests). In a disaggregated
+fleet a request passes a prefill and a decode engine: it is counted on decode (and agg) engines, and
+on prefill engines only when no decode or agg engine reported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import msgspec
+
+from planner_proto import TrafficSample
+
+TOTALS = (
+    "requests",
+    "prompt_tokens",
+    "generation_tokens",
+    "isl_sum",
+    "isl_count",
+    "osl_sum",
+    "osl_count",
+    "ttft_sum_s",
+    "ttft_count",
+    "itl_sum_s",
+    "itl_count",
+)
+TERMINAL = ("decode", "agg")
+"""Components where a request ends (counted there); prefill counts only when none of these reports."""
+
+
+class EngineCounters(msgspec.Struct, frozen=True, kw_only=True):
+    """One reading of one engine's cumulative totals; None where the engine exports no such total."""
+
+    component: str
+    observed_at_s: float
+    requests: float | None = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    isl_sum: float | None = None
+    isl_count: float | None = None
+    osl_sum: float | None = None
+    osl_count: float | None = None
+    ttft_sum_s: float | None = None
+    ttft_count: float | None = None
+    itl_sum_s: float | None = None
+    itl_count: float | None = None
+
+
+def _values(c: EngineCounters) -> dict[str, float | None]:
+    return {name: getattr(c, name) for name in TOTALS}
+
+
+def is_reset(prev: EngineCounters, cur: EngineCounters) -> bool:
+    """Any total present in both readings went down: the engine restarted in between."""
+    a, b = _values(prev), _values(cur)
+    return any(a[k] is not None and b[k] is not None and b[k] < a[k] for k in TOTALS)  # type: ignore[operator]
+
+
+def increase(prev: EngineCounters, cur: EngineCounters) -> dict[str, float | None]:
+    """Each total's increase from ``prev`` to ``cur`` (None where either lacks it); after a restart,
+    the totals of ``cur`` themselves (counted from 0)."""
+    a, b = _values(prev), _values(cur)
+    reset = is_reset(prev, cur)
+    out: dict[str, float | None] = {}
+    for k in TOTALS:
+        x, y = a[k], b[k]
+        if y is None or (x is None and not reset):
+            out[k] = None
+        else:
+            out[k] = y if reset or x is None else y - x
+    return out
+
+
+@dataclass
+class _Sums:
+    """One component's increases over the interval."""
+
+    engines: set[str] = field(default_factory=set)
+    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TOTALS, 0.0))
+    uncounted_prompt_tokens: float = 0.0
+    """Prompt tokens of engines without a request counter (llama.cpp): requests estimated from them."""
+    uncounted_generation_tokens: float = 0.0
+
+    def add(self, key: str, inc: dict[str, float | None]) -> None:
+        self.engines.add(key)
+        counted = inc["requests"] is not None
+        for k, v in inc.items():
+            if v is None:
+                continue
+            if not counted and k == "prompt_tokens":
+                self.uncounted_prompt_tokens += v
+            elif not counted and k == "generation_tokens":
+                self.uncounted_generation_tokens += v
+            else:
+                self.totals[k] += v
+
+    def merge(self, other: _Sums) -> None:
+        self.engines |= other.engines
+        for k in TOTALS:
+            self.totals[k] += other.totals[k]
+        self.uncounted_prompt_tokens += other.uncounted_prompt_tokens
+        self.uncounted_generation_tokens += other.uncounted_generation_tokens
+
+
+class FleetReading(msgspec.Struct, frozen=True, kw_only=True):
+    """One closed interval: the sample (None when the traffic is unknown) and why."""
+
+    sample: TrafficSample | None
+    reason: str = ""
+    """Why there is no sample: ``no_engines`` (fewer than two readings of any engine) or
+    ``no_request_counter`` (some engines count no requests, llama.cpp, and no mean prompt length was
+    ever measured on one that does, to estimate theirs from their prompt tokens)."""
+    engines: int = 0
+    """Engines whose increases the interval holds."""
+    resets: int = 0
+    """Engine restarts seen in the interval (a total went down)."""
+    estimated_requests: float = 0.0
+    """Requests estimated from prompt tokens for engines without a request counter."""
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den > 0 and math.isfinite(num) and num >= 0 else None
+
+
+class FleetTraffic:
+    """Readings in, one TrafficSample per closed interval out."""
+
+    def __init__(self, namespace: str, forget_after_s: float = 600.0) -> None:
+        self.namespace = namespace
+        self.forget_after_s = forget_after_s
+        self._last: dict[str, EngineCounters] = {}
+        self._sums: dict[str, _Sums] = {}
+        self._resets = 0
+        self._isl_tokens: float | None = None
+        """The last mean prompt length measured where requests are counted (to estimate the rest)."""
+
+    def add(self, key: str, cur: EngineCounters) -> bool:
+        """One reading of engine ``key``; False when it is not newer than the last one (ignored)."""
+        prev = self._last.get(key)
+        if prev is not None and cur.observed_at_s <= prev.observed_at_s:
+            return False
+        self._last[key] = cur
+        if prev is None:
+            return True
+        self._resets += is_reset(prev, cur)
+        if prev.component != cur.component:
+            return True  # the worker id moved to another component: a new baseline
+        self._sums.setdefault(cur.component, _Sums()).add(key, increase(prev, cur))
+        return True
+
+    @property
+    def known_engines(self) -> int:
+        return len(self._last)
+
+    def close(self, now_s: float, interval_s: float) -> FleetReading:
+        """The interval ``[now_s - interval_s, now_s)``; starts the next one."""
+        sums, resets = self._sums, self._resets
+        self._sums, self._resets = {}, 0
+        for key in [k for k, c in self._last.items() if now_s - c.observed_at_s > self.forget_after_s]:
+            del self._last[key]
+        used = _Sums()
+        for comp in TERMINAL if any(c in sums for c in TERMINAL) else ("prefill",):
+            if comp in sums:
+                used.merge(sums[comp])
+        if not used.engines:
+            return FleetReading(sample=None, reason="no_engines", resets=resets)
+        t = used.totals
+        counted_isl = _ratio(t["isl_sum"], t["isl_count"]) or _ratio(t["prompt_tokens"], t["requests"])
+        counted_isl = self._isl_tokens = counted_isl or self._isl_tokens
+        estimated = 0.0
+        if used.uncounted_prompt_tokens > 0 or used.uncounted_generation_tokens > 0:
+            if counted_isl is None:
+                return FleetReading(
+                    sample=None, reason="no_request_counter", engines=len(used.engines), resets=resets
+                )
+            estimated = used.uncounted_prompt_tokens / counted_isl
+        requests = t["requests"] + estimated
+        prompt = t["prompt_tokens"] + used.uncounted_prompt_tokens
+        generated = t["generation_tokens"] + used.uncounted_generation_tokens
+        isl = _ratio(t["isl_sum"], t["isl_count"]) or _ratio(prompt, requests)
+        osl = _ratio(t["osl_sum"], t["osl_count"]) or _ratio(generated, requests)
+        ttft = _ratio(t["ttft_sum_s"], t["ttft_count"])
+        itl = _ratio(t["itl_sum_s"], t["itl_count"])
+        sample = TrafficSample(
+            namespace=self.namespace,
+            start_s=now_s - interval_s,
+            interval_s=interval_s,
+            num_requests=requests,
+            mean_isl_tokens=isl if requests > 0 else None,
+            mean_osl_tokens=osl if requests > 0 else None,
+            mean_ttft_ms=None if ttft is None else ttft * 1000.0,
+            mean_itl_ms=None if itl is None else itl * 1000.0,
+            source="engines",
+        )
+        return FleetReading(
+            sample=sample, engines=len(used.engines), resets=resets, estimated_requests=estimated
+        )
