@@ -7,6 +7,8 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from planner_proto.engine import EngineCapabilities
+
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
 
@@ -85,3 +87,7 @@ class WorkerLoadSample(msgspec.Struct, frozen=True, kw_only=True):
     osl_tokens_sum: NonNegFloat | None = None
     osl_tokens_count: NonNegFloat | None = None
     """The output-length histogram's ``_sum``/``_count`` (vLLM ``request_generation_tokens``)."""
+    capabilities: EngineCapabilities | None = None
+    """Appended: the engine's capabilities when it is not in ``planner_engines`` (a static list entry:
+    from the list, or read from the engine's own metrics); None for registered engines (their entry
+    carries them) and where nothing says (the worker is then counted without capabilities)."""

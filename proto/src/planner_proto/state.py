@@ -43,3 +43,6 @@ class ComponentSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     model_source: str = ""
     """Where ``model`` comes from: ``fpm`` (forward passes) or ``scraped`` (interval means of stock
     engines' /metrics: coarser); empty from senders that predate the field."""
+    workers_without_capabilities: list[str] = []
+    """Appended: workers whose capabilities nothing gives (not registered in ``planner_engines`` and
+    no static list entry or metric says): the load policy cannot size them (``insufficient_data``)."""

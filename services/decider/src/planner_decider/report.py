@@ -47,6 +47,8 @@ class History:
     def __init__(self, max_points: int) -> None:
         self.ticks: deque[TickPoint] = deque(maxlen=max_points)
         self.decisions: deque[DecisionRow] = deque(maxlen=max_points)
+        self.without_capabilities: dict[str, tuple[str, ...]] = {}
+        """The latest snapshots' workers without capabilities, per component (shown as a warning)."""
 
     def add_tick(self, point: TickPoint) -> None:
         self.ticks.append(point)
@@ -77,6 +79,25 @@ def attainment_note(diagnostics: Mapping[str, float], targets: Mapping[str, int]
         head = f"{comp} {chosen}: {100 * cands[chosen]:.1f} %" if chosen in cands else f"{comp} {chosen}"
         parts.append(f"{head} ({others})" if others else head)
     return "predicted attainment: " + "; ".join(parts) if parts else ""
+
+
+def capabilities_warning(without: Mapping[str, Sequence[str]], shown: int = 20) -> str:
+    """A warning paragraph naming the workers whose capabilities nothing gives; empty when none."""
+    parts = []
+    for comp, names in sorted(without.items()):
+        if not names:
+            continue
+        listed = ", ".join(html.escape(n) for n in list(names)[:shown])
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        parts.append(f"{html.escape(comp)}: {len(names)} ({listed}{more})")
+    if not parts:
+        return ""
+    return (
+        "<p style='color:#d62728'><b>Workers without capabilities</b> (not registered, no static list"
+        " entry or metric gives their KV capacity: the load policy cannot size them): "
+        + "; ".join(parts)
+        + "</p>"
+    )
 
 
 def _fmt(v: float) -> str:
@@ -224,6 +245,7 @@ def render_html(
         "</style></head><body>"
         f"<h1>{html.escape(title)}</h1><p>Generated {generated}; {len(ticks)} ticks, "
         f"{len(history.decisions)} decisions.</p>"
+        + capabilities_warning(history.without_capabilities)
         + "".join(charts)
         + "<h2>Decisions</h2><table><tr><th>id</th><th>issued (UTC)</th><th>targets (reason)</th>"
         "<th>advisory</th><th>note</th></tr>" + "".join(rows) + "</table></body></html>"

@@ -356,6 +356,9 @@ class DeciderService(Service[DeciderSettings]):
         for c, n in desired.items():
             self.metrics.desired.labels(c).set(n)
         ttft = {c: v for c, s in snaps.items() if c != "decode" and (v := estimated_ttft_ms(s)) is not None}
+        self.history.without_capabilities = {
+            c: tuple(s.workers_without_capabilities) for c, s in snaps.items()
+        }
         self.history.add_tick(
             TickPoint(
                 at_s=now_s,

@@ -25,6 +25,7 @@ from typing import Any
 
 import zmq
 
+from planner_core.engines.capabilities import capabilities_from_metrics
 from planner_fpm_relay.fanin import Batch, EngineStream, FanIn, SharedSocket
 from planner_fpm_relay.kvmirror import KvMirror
 from planner_fpm_relay.membership import Membership
@@ -35,7 +36,7 @@ from planner_fpm_relay.scrape.http import http_get
 from planner_fpm_relay.settings import FpmRelaySettings
 from planner_fpm_relay.sharding import owned, plan
 from planner_fpm_relay.targets import EngineTarget, TargetError, parse_static_engines, target_from_info
-from planner_proto import DecodeError, EngineInfo, WorkerLoadSample, decode
+from planner_proto import DecodeError, EngineCapabilities, EngineInfo, WorkerLoadSample, decode
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
 from planner_runtime.service import Service
 
@@ -55,6 +56,8 @@ class FpmRelayService(Service[FpmRelaySettings]):
         self.static = parse_static_engines(settings.static_engines)
         self.subs: dict[str, EngineStream] = {}
         self.scrapes: dict[str, EngineTarget] = {}
+        self._metric_caps: dict[str, EngineCapabilities] = {}
+        self._caps_warned: set[str] = set()
         self.membership: Membership | None = None
         self.engines: KvMirror | None = None
         self._decoded: dict[str, tuple[int, EngineTarget | None]] = {}
@@ -319,7 +322,9 @@ class FpmRelayService(Service[FpmRelaySettings]):
         labels = (target.component, target.worker_id)
         try:
             text = await http_get(target.metrics_url, s.scrape_timeout_s, s.scrape_max_bytes)
-            reading = read_load(target.engine_kind, text, target.max_kv_tokens)
+            caps = self._static_capabilities(target, text)
+            max_kv = target.max_kv_tokens or (caps.max_kv_tokens if caps is not None else 0)
+            reading = read_load(target.engine_kind, text, max_kv)
         except ScrapeError as exc:
             self.metrics.scrapes.labels(*labels, exc.reason).inc()
             self.log.warning("scrape_failed", engine=target.key, reason=exc.reason, detail=exc.detail[:200])
@@ -333,13 +338,37 @@ class FpmRelayService(Service[FpmRelaySettings]):
             worker_id=target.worker_id,
             engine_kind=target.engine_kind,
             observed_at_s=time.time(),
-            max_kv_tokens=target.max_kv_tokens,
+            max_kv_tokens=max_kv,
+            capabilities=caps,
             **{f: getattr(reading, f) for f in READING_FIELDS},
         )
         await self.bus.publish(self.subjects.load(target.component, target.worker_id), sample)
         self.metrics.scrapes.labels(*labels, "ok" if not reading.missing else "partial").inc()
         for quantity in reading.missing:
             self.metrics.scrape_missing.labels(target.engine_kind, quantity).inc()
+
+    def _static_capabilities(self, target: EngineTarget, text: str) -> EngineCapabilities | None:
+        """A static list engine's capabilities: from its entry, else from its own metrics (read on every
+        scrape, a few hundred lines: a restarted engine's new KV pool is seen at once). Registered
+        engines: None (their registry entry carries them). An engine nothing describes is logged once;
+        the regression counts and names it."""
+        if target.key not in self.static:
+            return None
+        if target.capabilities is not None:
+            return target.capabilities
+        caps = capabilities_from_metrics(target.engine_kind, text)
+        if caps is not None and self._metric_caps.get(target.key) != caps:
+            self._metric_caps[target.key] = caps
+            self.log.info("capabilities_from_metrics", engine=target.key, max_kv_tokens=caps.max_kv_tokens)
+        elif caps is None and target.key not in self._caps_warned:
+            self._caps_warned.add(target.key)
+            self.log.warning(
+                "engine_without_capabilities",
+                engine=target.key,
+                kind=target.engine_kind,
+                hint="add #kv_tokens=N,max_num_seqs=N to its static_engines entry, or register it",
+            )
+        return caps
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def health_detail(self) -> dict[str, object]:

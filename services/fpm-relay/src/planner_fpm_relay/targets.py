@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from planner_proto import Component, EngineInfo
+from planner_proto import Component, EngineCapabilities, EngineInfo
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_\-]+$")
 _ZMQ_SCHEMES = ("tcp://", "ipc://", "inproc://")
@@ -25,6 +25,8 @@ class EngineTarget(msgspec.Struct, frozen=True, kw_only=True):
     metrics_url: str = ""
     engine_kind: str = "engine-sim"
     max_kv_tokens: int = 0
+    capabilities: EngineCapabilities | None = None
+    """From a static list entry (``#kv_tokens=...``); registered engines carry theirs in the registry."""
 
     @property
     def key(self) -> str:
@@ -61,9 +63,46 @@ def target_from_info(info: EngineInfo) -> EngineTarget:
     return target
 
 
+_CAPABILITY_KEYS = {
+    "kv_tokens": "num_gpu_blocks",  # with block_size_tokens=1
+    "num_gpu_blocks": "num_gpu_blocks",
+    "block_size": "block_size_tokens",
+    "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "context_length": "context_length_tokens",
+    "gpus": "gpus",
+}
+
+
+def parse_capabilities(spec: str, text: str) -> EngineCapabilities:
+    """``kv_tokens=65536,max_num_seqs=8`` (keys: kv_tokens or num_gpu_blocks + block_size,
+    max_num_seqs, max_num_batched_tokens, context_length, gpus) over the defaults."""
+    values: dict[str, int] = {}
+    for item in text.split(","):
+        key, eq, raw = item.strip().partition("=")
+        field = _CAPABILITY_KEYS.get(key)
+        if not eq or field is None or not raw.isdigit():
+            raise ValueError(
+                f"static engine {spec!r}: capability {item!r} is not key=integer with key in"
+                f" {', '.join(_CAPABILITY_KEYS)}"
+            )
+        values[field] = int(raw)
+        if key == "kv_tokens":
+            values["block_size_tokens"] = 1
+    if "num_gpu_blocks" not in values:
+        raise ValueError(f"static engine {spec!r}: capabilities need kv_tokens (or num_gpu_blocks)")
+    try:
+        return msgspec.convert(values, EngineCapabilities)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"static engine {spec!r}: {exc}") from None
+
+
 def parse_static_engine(spec: str) -> EngineTarget:
     """``component:worker_id=endpoint``. The endpoint is a ZMQ address (``tcp://host:port``) or, for
-    a scrape adapter, ``<kind>+http://host:port/metrics`` with kind vllm, sglang, trtllm or llamacpp."""
+    a scrape adapter, ``<kind>+http://host:port/metrics`` with kind vllm, sglang, trtllm or llamacpp,
+    optionally followed by ``#kv_tokens=N,max_num_seqs=N,...`` (the engine's capabilities; without
+    them the relay reads them from the engine's metrics where it exports them: vLLM, SGLang)."""
+    spec, hash_, caps_text = spec.partition("#")
     head, sep, endpoint = spec.strip().partition("=")
     component, sep2, worker_id = head.partition(":")
     if not sep or not sep2 or not endpoint:
@@ -73,10 +112,23 @@ def parse_static_engine(spec: str) -> EngineTarget:
     if not _TOKEN.match(worker_id):
         raise ValueError(f"static engine {spec!r}: worker_id may use A-Z a-z 0-9 _ - only")
     if endpoint.startswith(_ZMQ_SCHEMES):
+        if hash_:
+            raise ValueError(
+                f"static engine {spec!r}: capabilities in the list apply to scraped engines only"
+                " (an FPM engine registers itself with them)"
+            )
         return EngineTarget(component=component, worker_id=worker_id, zmq_endpoint=endpoint)
     kind, plus, url = endpoint.partition("+")
     if plus and kind in SCRAPE_KINDS and url.startswith(("http://", "https://")):
-        return EngineTarget(component=component, worker_id=worker_id, metrics_url=url, engine_kind=kind)
+        caps = parse_capabilities(spec, caps_text) if hash_ else None
+        return EngineTarget(
+            component=component,
+            worker_id=worker_id,
+            metrics_url=url,
+            engine_kind=kind,
+            capabilities=caps,
+            max_kv_tokens=caps.max_kv_tokens if caps is not None else 0,
+        )
     raise ValueError(
         f"static engine {spec!r}: endpoint must be tcp://, ipc:// or <kind>+http(s)://"
         f" with kind in {', '.join(SCRAPE_KINDS)}"

@@ -54,6 +54,8 @@ class ComponentState:
         """Passes handed to the model (the others were over the per-tick fit budget)."""
         self.dirty = False
         self.reported: dict[str, int] = {}
+        self.without_caps: tuple[str, ...] = ()
+        """Workers named without capabilities in the last snapshot (logged when the set changes)."""
 
 
 class RegressionMetrics:
@@ -105,6 +107,13 @@ class RegressionMetrics:
         self.scraped_itl_check = Gauge(
             "planner_regression_scraped_itl_cross_check_ratio",
             "Median of histogram ITL over per-request decode time / output tokens (vLLM; 1 = agree)",
+            ["component"],
+            registry=r,
+        )
+        self.without_caps = Gauge(
+            "planner_workers_without_capabilities",
+            "Live workers whose capabilities nothing gives (not registered, no static entry or metric"
+            " says): the load policy cannot size them; their names are in the ComponentSnapshot",
             ["component"],
             registry=r,
         )
@@ -268,7 +277,18 @@ class RegressionService(Service[RegressionSettings]):
             scraped=cs.scraped,
         )
         self._report(cs, snap)
+        self._report_capabilities(cs, snap)
         return snap
+
+    def _report_capabilities(self, cs: ComponentState, snap: ComponentSnapshot) -> None:
+        names = snap.workers_without_capabilities
+        self.metrics.without_caps.labels(cs.component).set(len(names))
+        if tuple(names) != cs.without_caps:
+            cs.without_caps = tuple(names)
+            if names:
+                self.log.warning(
+                    "workers_without_capabilities", component=cs.component, workers=list(names)[:50]
+                )
 
     def _fit(self, cs: ComponentState, now_s: float) -> None:
         s = self.settings

@@ -160,6 +160,23 @@ def scraped_view(
     return ScrapedView(kv_per_request=kv_per_request, isl_tokens=isl)
 
 
+def effective_info(
+    track: WorkerTrack, info: EngineInfo | None, namespace: str, component: Component
+) -> EngineInfo | None:
+    """The registry entry, else (an engine of the relay's static list) one made from the capabilities
+    its scraped samples carry; None when nothing gives them."""
+    sample = track.sample
+    if info is not None or sample is None or sample.capabilities is None:
+        return info
+    return EngineInfo(
+        namespace=namespace,
+        component=component,
+        worker_id=track.engine_id,
+        engine_kind=sample.engine_kind,
+        capabilities=sample.capabilities,
+    )
+
+
 def common_capabilities(infos: Iterable[EngineInfo | None]) -> EngineCapabilities | None:
     """The capabilities most of the component's registered workers have; None when none is known."""
     counts = Counter(i.capabilities for i in infos if i is not None)
@@ -180,7 +197,8 @@ def build_snapshot(
     workers: list[WorkerLoad] = []
     infos: list[EngineInfo | None] = []
     tracks = list(tracks)
-    looked = [(t, lookup(t.engine_id)) for t in tracks]
+    looked = [(t, effective_info(t, lookup(t.engine_id), namespace, component)) for t in tracks]
+    without = sorted({t.worker_id for t, info in looked if info is None})
     fpm_model = model.to_latency_model()
     view: ScrapedView | None = None
     samples = [(t.sample, info) for t, info in looked if t.latest is None and t.sample is not None]
@@ -211,6 +229,7 @@ def build_snapshot(
             avg_num_decode_requests=sum(busy) / len(busy),
             kv_hit_rate=kv_hit_rate,
             model_source="scraped",
+            workers_without_capabilities=without,
         )
     return ComponentSnapshot(
         namespace=namespace,
@@ -225,4 +244,5 @@ def build_snapshot(
         avg_num_decode_requests=avg.avg_num_decode_requests,
         kv_hit_rate=kv_hit_rate,
         model_source="fpm",
+        workers_without_capabilities=without,
     )

@@ -13,7 +13,9 @@ still reacts above it to what the engines report.
   the TTFT target (:func:`planner_core.policy.queueing.max_prefill_utilisation`): queue-aware. The prefill time comes from the learned model when
   the snapshot has one, else from the profile.
 - decode: the profile's best output tokens/s per GPU at the (corrected) ITL target and the mean
-  context; one engine runs at most at ``decode_max_utilisation`` of it, a fleet of ``k`` keeps
+  context; without a profile, the learned model's (:func:`learned_decode_rate`: the largest batch
+  whose predicted ITL meets the target, over that ITL), so a pool that was never profiled still
+  gets a floor and consolidates on load. One engine runs at most at ``decode_max_utilisation`` of it, a fleet of ``k`` keeps
   ``(1 - decode_max_utilisation) x sqrt(k)`` engines spare in all (``decode_pooled_headroom``;
   square-root staffing: the router spreads the running batch, so the fluctuation the spare absorbs
   grows with the square root of the load).
@@ -42,8 +44,16 @@ from planner_core.policy.horizon import (
     uses_season,
 )
 from planner_core.policy.queueing import max_prefill_utilisation
-from planner_core.policy.types import DECODE, PREFILL, ComponentResult, DecisionInputs, Diagnostics
+from planner_core.policy.types import (
+    DECODE,
+    PREFILL,
+    ComponentResult,
+    DecisionInputs,
+    Diagnostics,
+    LatencyEstimator,
+)
 from planner_proto.decision import Reason
+from planner_proto.state import ComponentSnapshot
 from planner_proto.traffic import TrafficSample
 
 _LENGTH_SMOOTHING = 0.3
@@ -130,14 +140,25 @@ def predictive_floor(
             ),
             lead,
         )
+    engine_thpt: float | None = None
+    itl_target = cfg.itl_target_ms / decode_correction if decode_correction > 0 else cfg.itl_target_ms
     if DECODE in comps and inputs.capacity is not None:
-        itl_target = cfg.itl_target_ms / decode_correction if decode_correction > 0 else cfg.itl_target_ms
-        thpt = inputs.capacity.decode.best_thpt_per_gpu(itl_target, isl + osl / 2)
+        engine_thpt = (
+            inputs.capacity.decode.best_thpt_per_gpu(itl_target, isl + osl / 2) * cfg.gpus_per_decode
+        )
+    elif DECODE in comps and inputs.estimator is not None:
+        # ours: no profile: one engine's rate from the model learned on the running engines
+        learned = learned_decode_rate(inputs.snapshots.get(DECODE), inputs.estimator, isl, osl, itl_target)
+        engine_thpt = learned if learned > 0 else None
+    if engine_thpt is not None:
         if cfg.decode_pooled_headroom:
-            per, pooled = thpt * cfg.gpus_per_decode, 1.0 - cfg.decode_max_utilisation
+            per, pooled = engine_thpt, 1.0 - cfg.decode_max_utilisation
         else:
-            per, pooled = thpt * cfg.gpus_per_decode * cfg.decode_max_utilisation, 0.0
-        dec_extra: Diagnostics = {"itl_target_corrected_ms": itl_target}
+            per, pooled = engine_thpt * cfg.decode_max_utilisation, 0.0
+        dec_extra: Diagnostics = {
+            "itl_target_corrected_ms": itl_target,
+            "learned_rate": float(inputs.capacity is None),
+        }
         dec_cfg = _cold(cfg, st.decode, hcfg)
         out[DECODE] = _over_horizon(
             lambda j: _sized(
@@ -201,6 +222,50 @@ def floor_hold_s(st: PredictiveState, component: str, lead: int, interval_s: flo
     its latest bursts are the memory of what the next one needs."""
     series = st.prefill if component == PREFILL else st.decode
     return lead * interval_s if intermittent(series, lead) else interval_s
+
+
+def learned_decode_rate(
+    snap: ComponentSnapshot | None,
+    estimator: LatencyEstimator,
+    isl_tokens: float,
+    osl_tokens: float,
+    itl_target_ms: float,
+) -> float:
+    """Output tokens/s one decode engine gives within the ITL target, from the learned model (no
+    profile): the largest batch ``b`` (at most ``max_num_seqs``, and what the KV pool holds at the
+    mean context ``isl + osl/2``) whose predicted ITL meets the target, times one token per step:
+    ``b / ITL(b)``. 0 when the model cannot say (not fitted, no capabilities, or even one request
+    misses the target)."""
+    if snap is None or snap.capabilities is None or snap.model is None or not snap.model.ready:
+        return 0.0
+    caps = snap.capabilities
+    context = isl_tokens + osl_tokens / 2
+    if context <= 0 or itl_target_ms <= 0:
+        return 0.0
+    most = caps.max_num_seqs
+    if caps.max_kv_tokens > 0:
+        most = min(most, int(caps.max_kv_tokens // context))
+
+    def itl_ms(batch: int) -> float | None:
+        # the estimator adds one request of the mean context to the running ones it is given
+        one = msgspec.structs.replace(
+            snap, avg_num_decode_requests=float(batch - 1), avg_decode_length_tokens=context
+        )
+        return estimator.itl_ms(one, (batch - 1) * context)
+
+    def meets(batch: int) -> bool:
+        est = itl_ms(batch)
+        return est is not None and math.isfinite(est) and 0 < est <= itl_target_ms
+
+    if most < 1 or not meets(1):
+        return 0.0
+    lo, hi = 1, most  # meets(lo); the predicted ITL grows with the batch (a physical fit)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if meets(mid) else (lo, mid - 1)
+    est = itl_ms(lo)
+    assert est is not None
+    return lo / (est / 1000.0)
 
 
 def _prefill_service_ms(inputs: DecisionInputs, isl: float) -> float:
