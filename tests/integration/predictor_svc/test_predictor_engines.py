@@ -1,0 +1,146 @@
+"""Traffic from the engines alone: two fake vLLM servers serve the real vLLM 0.32 exposition with
+their request, token and length-histogram counters advancing (one restarts: its counters drop); the
+fpm-relay scrapes them from its static list (capabilities read from their metrics); the predictor on
+``source: engines`` sums the per-engine increases into TrafficSamples on NATS and forecasts from them.
+No loadgen, no frontend, no Prometheus."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from planner_predictor.service import PredictorService
+from planner_predictor.settings import PredictorSettings
+from planner_proto import LoadForecast, Subjects, TrafficSample, WorkerLoadSample
+from planner_runtime.natsd import NatsServer
+
+from ..fpm_relay.relay_helpers import NS, connect, in_process_relay
+from ..inbox import Inbox
+
+pytestmark = pytest.mark.integration
+
+CAPTURE = "engines/vllm-0.32.0-cpu-metrics.txt"
+RATE, ISL, OSL = 20.0, 160.0, 64.0
+"""Each engine finishes 20 requests/s of 160 prompt and 64 output tokens."""
+
+
+ADVANCING = {
+    r'vllm:request_success_total\{[^}]*finished_reason="length"[^}]*\}': 1.0,
+    r"vllm:request_prompt_tokens_count\{[^}]*\}": 1.0,
+    r"vllm:e2e_request_latency_seconds_count\{[^}]*\}": 1.0,
+    r"vllm:request_generation_tokens_count\{[^}]*\}": 1.0,
+    r"vllm:prompt_tokens_total\{[^}]*\}": ISL,
+    r"vllm:request_prompt_tokens_sum\{[^}]*\}": ISL,
+    r"vllm:generation_tokens_total\{[^}]*\}": OSL,
+    r"vllm:request_generation_tokens_sum\{[^}]*\}": OSL,
+}
+"""Series that grow per request finished (count series by 1, token series by the request's tokens)."""
+
+
+class AdvancingVllm:
+    """Serves a recorded vLLM exposition whose traffic counters grow with the time since start."""
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        self.started = time.monotonic()
+        self.base = 1.0
+        self.server: asyncio.Server | None = None
+
+    def restart(self) -> None:
+        """A restarted engine: its counters start again from 0."""
+        self.started, self.base = time.monotonic(), 0.0
+
+    def body(self) -> str:
+        done = RATE * (time.monotonic() - self.started)
+        text = self.template
+        for pattern, per_request in ADVANCING.items():
+            text = re.sub(
+                rf"^({pattern}) (\S+)$",
+                lambda m, k=per_request: f"{m.group(1)} {self.base * float(m.group(2)) + done * k}",
+                text,
+                flags=re.MULTILINE,
+            )
+        return text
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/metrics"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        data = self.body().encode()
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(data) + data
+        )
+        await writer.drain()
+        writer.close()
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+def _settings(url: str, **kw: Any) -> PredictorSettings:
+    fields = {"nats_url": url, "namespace": NS, "interval_s": 1.0, "model": "constant", "source": "engines"}
+    return msgspec.convert({**fields, **kw}, PredictorSettings)
+
+
+async def test_engine_counters_make_traffic_and_forecasts(
+    nats_server: NatsServer, shared_data: Path, no_task_leak: None
+) -> None:
+    path = shared_data / CAPTURE
+    if not path.is_file():
+        pytest.skip(f"real vLLM capture {CAPTURE} not found under the shared data folder")
+    idle = path.read_text().partition("# Part B")[0]
+    subjects = Subjects(ns=NS)
+    bus = await connect(nats_server.url)
+    engines = [AdvancingVllm(idle), AdvancingVllm(idle)]
+    traffic, forecasts, loads = Inbox[TrafficSample](), Inbox[LoadForecast](), Inbox[WorkerLoadSample]()
+    await bus.subscribe(subjects.traffic(), TrafficSample, traffic.on)
+    await bus.subscribe(subjects.forecast(), LoadForecast, forecasts.on)
+    await bus.subscribe(subjects.load(), WorkerLoadSample, loads.on)
+    svc = PredictorService(_settings(nats_server.url, min_intervals=2))
+    run: asyncio.Task[int] | None = None
+    try:
+        urls = [await e.start() for e in engines]
+        static = [f"decode:v{i}=vllm+{u}" for i, u in enumerate(urls)]
+        async with in_process_relay(nats_server.url, static_engines=static, scrape_interval_s=0.2,
+                                    scrape_timeout_s=0.2):  # fmt: skip
+            run = asyncio.create_task(svc.run())
+            # the relay read each engine's KV pool from vllm:cache_config_info (8192 blocks x 128)
+            sample = await loads.wait(lambda s: s.requests_total is not None)
+            assert sample.capabilities is not None and sample.capabilities.max_kv_tokens == 8192 * 128
+            assert sample.isl_tokens_count is not None
+            # 2 engines x 20 requests/s over a 1 s interval = 40 requests of 160 / 64 tokens
+            got = await traffic.wait(lambda t: t.num_requests > 30, timeout_s=20)
+            assert got.source == "engines" and got.num_requests == pytest.approx(2 * RATE, rel=0.25)
+            assert got.mean_isl_tokens == pytest.approx(ISL, rel=0.02)
+            assert got.mean_osl_tokens == pytest.approx(OSL, rel=0.02)
+            fc = await forecasts.wait(lambda f: f.reason == "" and f.num_requests is not None, timeout_s=20)
+            assert fc.num_requests == pytest.approx(2 * RATE, rel=0.3)
+            assert fc.mean_isl_tokens == pytest.approx(ISL, rel=0.05)
+            # an engine restarts (its counters drop to near 0): counted from 0, never negative
+            engines[1].restart()
+            resets = lambda: svc.registry.get_sample_value("planner_traffic_engine_resets_total") or 0.0  # noqa: E731
+            deadline = time.monotonic() + 10
+            while resets() < 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert resets() >= 1
+            # the intervals after it: still both engines' requests, nothing lost or negative
+            for _ in range(2):
+                after = await traffic.wait(lambda t: True, timeout_s=10)
+                assert after.num_requests == pytest.approx(2 * RATE, rel=0.3)
+    finally:
+        svc.request_stop()
+        if run is not None:
+            assert await asyncio.wait_for(run, 15) == 0
+        await bus.close()
+        for e in engines:
+            await e.close()
