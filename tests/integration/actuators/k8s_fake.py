@@ -3,6 +3,19 @@
 - ``GET|PATCH /apis/{group}/{version}/namespaces/{ns}/dynamographdeployments/{name}``
 - ``GET /apis/apps/v1/namespaces/{ns}/{deployments|statefulsets}/{name}``
 - ``GET|PATCH /apis/apps/v1/namespaces/{ns}/{deployments|statefulsets}/{name}/scale``
+- ``GET /api/v1/namespaces/{ns}/pods?labelSelector=...`` (a PodList; equality ``k=v``/``k==v``,
+  ``k!=v``, ``k`` and ``!k`` requirements, comma-separated) and ``GET|PATCH
+  /api/v1/namespaces/{ns}/pods/{name}`` (merge patch of labels and annotations).
+
+Pods follow the replica counts as their controllers would make them: a Deployment's (and a DGD
+service's, which the Dynamo operator renders as a Deployment) are ``{name}-{hash}-{suffix}`` and on a
+scale-down the ReplicaSet's ranking picks the ones to delete (not ready first, then the lowest
+``controller.kubernetes.io/pod-deletion-cost``, default 0, then the newest); a StatefulSet's are
+``{name}-{ordinal}`` and the highest ordinals go (it ignores the deletion cost). A deleted pod gets
+``metadata.deletionTimestamp`` and stays (terminating, not counted as ready) for
+``termination_grace_s`` before it vanishes; ready counts are the pods that are Ready and not
+terminating. DGD pods carry the operator's labels ``nvidia.com/dynamo-graph-deployment-name`` and
+``nvidia.com/dynamo-component``; workload pods the template's ``app={name}``.
 
 PATCH must be a JSON merge patch (``application/merge-patch+json``, else 415). A ``resourceVersion``
 in the patch that is not the current one gets 409 Conflict with a ``Status`` body, as the API server
@@ -13,13 +26,16 @@ requests (``fail_next``) or a concurrent writer (``race_next_patch``), and read 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 REASONS = {
     400: "BadRequest",
@@ -34,6 +50,8 @@ REASONS = {
 }
 _DGD = re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/dynamographdeployments/([^/]+)$")
 _APPS = re.compile(r"^/apis/apps/v1/namespaces/([^/]+)/(deployments|statefulsets)/([^/]+?)(/scale)?$")
+_PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 
 
 def status_body(code: int, message: str) -> dict[str, Any]:
@@ -80,6 +98,73 @@ class Replicas:
 
 
 @dataclass
+class Pod:
+    """One pod of a workload (``owner``: the object's key and, for a DGD, the service)."""
+
+    name: str
+    owner: tuple[str, str, str]
+    labels: dict[str, str]
+    created: float
+    """Wall time."""
+    ready_at: float
+    """Monotonic time it turns Ready."""
+    ip: str
+    ordinal: int = 0
+    annotations: dict[str, str] = field(default_factory=dict)
+    uid: str = ""
+    rv: int = 0
+    deleted_at: float | None = None
+    """Wall time of the deletion (``deletionTimestamp``)."""
+    gone_at: float = 0.0
+    """Monotonic time it vanishes once deleted."""
+
+    def ready(self, now: float) -> bool:
+        return self.deleted_at is None and now >= self.ready_at
+
+    def cost(self) -> int:
+        try:
+            return int(self.annotations.get(DELETION_COST, "0"))
+        except ValueError:
+            return 0
+
+
+def _rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_selector(text: str) -> list[tuple[str, str, str]] | None:
+    """``k=v,k2!=v2,k3,!k4`` -> [(key, op, value)]; None when it is not one the fake understands."""
+    out: list[tuple[str, str, str]] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "!=" in part:
+            k, v = part.split("!=", 1)
+            out.append((k.strip(), "!=", v.strip()))
+        elif "=" in part:
+            k, v = part.split("==", 1) if "==" in part else part.split("=", 1)
+            out.append((k.strip(), "=", v.strip()))
+        elif part.startswith("!"):
+            out.append((part[1:].strip(), "!", ""))
+        elif " " in part or "(" in part:
+            return None
+        else:
+            out.append((part, "exists", ""))
+    return out
+
+
+def matches(labels: dict[str, str], req: list[tuple[str, str, str]]) -> bool:
+    for k, op, v in req:
+        if op == "=" and labels.get(k) != v:
+            return False
+        if op == "!=" and labels.get(k) == v:
+            return False
+        if op == "exists" and k not in labels:
+            return False
+        if op == "!" and k in labels:
+            return False
+    return True
+
+
+@dataclass
 class Obj:
     kind: str
     name: str
@@ -100,6 +185,15 @@ class FakeKube:
         self.patches: list[dict[str, Any]] = []
         self._faults: list[tuple[str, int, str]] = []
         self._races = 0
+        self.rbac: Any = None
+        """RBAC (k8s_rbac.Rbac: bearer token -> service account, rendered Roles): None lets every
+        request through, as before."""
+        self.pods: dict[str, Pod] = {}
+        self.termination_grace_s = 0.0
+        """How long a deleted pod stays terminating (its preStop hook and grace period)."""
+        self.pod_ip: Any = None
+        """Optional ``(pod name, index) -> IP``; default 10.0.x.y."""
+        self._pod_seq = itertools.count(1)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -128,12 +222,14 @@ class FakeKube:
                 n = int(spec.get("replicas", 1))
                 obj.replicas[svc] = Replicas(spec=n, ready_before=n)
             self.objects[("dynamographdeployments", name)] = obj
+            self._sync_pods(obj, ready=True)
 
     def add_workload(self, plural: str, name: str, replicas: int) -> None:
         with self.lock:
             obj = Obj(plural, name, self._next_rv())
             obj.replicas[""] = Replicas(spec=replicas, ready_before=replicas)
             self.objects[(plural, name)] = obj
+            self._sync_pods(obj, ready=True)
 
     def fail_next(self, method: str, code: int, times: int = 1, path_part: str = "") -> None:
         with self.lock:
@@ -150,6 +246,7 @@ class FakeKube:
             obj = self.objects[(kind, name)]
             obj.replicas[svc].set(n, time.monotonic(), self.ready_delay_s)
             obj.rv = self._next_rv()
+            self._sync_pods(obj)
 
     def count(self, method: str, part: str = "") -> int:
         return sum(1 for m, p in self.requests if m == method and part in p)
@@ -169,7 +266,7 @@ class FakeKube:
         status: dict[str, Any] = {}
         for svc, r in obj.replicas.items():
             services[svc]["replicas"] = r.spec
-            ready = r.ready(now, self.ready_delay_s)
+            ready = self._ready_pods(obj, svc, now)
             status[svc] = {
                 "componentKind": "Deployment",
                 "componentName": f"{obj.name}-{svc.lower()}",
@@ -188,7 +285,7 @@ class FakeKube:
 
     def _render_workload(self, obj: Obj) -> dict[str, Any]:
         r = obj.replicas[""]
-        ready = r.ready(time.monotonic(), self.ready_delay_s)
+        ready = self._ready_pods(obj, "", time.monotonic())
         labels = {"app": obj.name}
         spec: dict[str, Any] = {
             "replicas": r.spec,
@@ -226,12 +323,15 @@ class FakeKube:
 
     # ---- request handling -----------------------------------------------------------------------
     def handle(self, method: str, path: str, ctype: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+        path, _, query = path.partition("?")
         with self.lock:
             self.requests.append((method, path))
             for i, (m, code, part) in enumerate(self._faults):
                 if m == method and part in path:
                     del self._faults[i]
                     return code, status_body(code, f"injected {code}")
+            if (mp := _PODS.match(path)) is not None:
+                return self._handle_pods(method, mp.group(1), mp.group(2), query, ctype, raw)
             if (m := _DGD.match(path)) is not None:
                 group, version, ns, name = m.groups()
                 key, sub = ("dynamographdeployments", name), None
@@ -295,7 +395,179 @@ class FakeKube:
                 return 422, status_body(422, f"spec.replicas: Invalid value: {n!r}")
             obj.replicas[""].set(n, now, self.ready_delay_s)
         obj.rv = self._next_rv()
+        self._sync_pods(obj)
         return 200, self._render(obj, group, version, sub)
+
+    # ---- pods (what the controllers of the workloads would do) ----------------------------------
+    def _pod_owner_labels(self, obj: Obj, svc: str) -> dict[str, str]:
+        if obj.kind == "DynamoGraphDeployment":
+            return {
+                "nvidia.com/dynamo-graph-deployment-name": obj.name,
+                "nvidia.com/dynamo-component": svc,
+            }
+        return {"app": obj.name}
+
+    def _owned(self, obj: Obj, svc: str) -> list[Pod]:
+        key = (obj.kind, obj.name, svc)
+        return [p for p in self.pods.values() if p.owner == key]
+
+    def _ready_pods(self, obj: Obj, svc: str, now: float) -> int:
+        self._expire(now)
+        return sum(1 for p in self._owned(obj, svc) if p.ready(now))
+
+    def _expire(self, now: float) -> None:
+        for name in [n for n, p in self.pods.items() if p.deleted_at is not None and now >= p.gone_at]:
+            del self.pods[name]
+
+    def _sync_pods(self, obj: Obj, ready: bool = False) -> None:
+        """Create or delete pods until each replica count is met (called under the lock)."""
+        now, wall = time.monotonic(), time.time()
+        self._expire(now)
+        for svc, r in obj.replicas.items():
+            live = [p for p in self._owned(obj, svc) if p.deleted_at is None]
+            if len(live) < r.spec:
+                ordinals = {p.ordinal for p in self._owned(obj, svc)}
+                for _ in range(r.spec - len(live)):
+                    seq = next(self._pod_seq)
+                    ordinal = next(k for k in itertools.count() if k not in ordinals)
+                    ordinals.add(ordinal)
+                    base = obj.name if not svc else f"{obj.name}-{svc.lower()}"
+                    name = f"{base}-{ordinal}" if obj.kind == "statefulsets" else f"{base}-7d9f8-{seq:05x}"
+                    ip = self.pod_ip(name, seq) if self.pod_ip else f"10.0.{seq // 250}.{seq % 250 + 1}"
+                    self.pods[name] = Pod(
+                        name=name,
+                        owner=(obj.kind, obj.name, svc),
+                        labels=self._pod_owner_labels(obj, svc),
+                        created=wall + seq * 1e-6,
+                        ready_at=now if ready else now + self.ready_delay_s,
+                        ip=ip,
+                        ordinal=ordinal,
+                        uid=f"uid-{seq}",
+                        rv=self._next_rv(),
+                    )
+            elif len(live) > r.spec:
+                if obj.kind == "statefulsets":
+                    order = sorted(live, key=lambda p: -p.ordinal)
+                else:  # the ReplicaSet's ranking: not ready, lowest deletion cost, newest
+                    order = sorted(live, key=lambda p: (p.ready(now), p.cost(), -p.created))
+                for p in order[: len(live) - r.spec]:
+                    p.deleted_at = wall
+                    p.gone_at = now + self.termination_grace_s
+                    p.rv = self._next_rv()
+        self._expire(now)
+
+    def _render_pod(self, p: Pod, now: float) -> dict[str, Any]:
+        kind = {"deployments": "ReplicaSet", "statefulsets": "StatefulSet"}.get(p.owner[0], "ReplicaSet")
+        meta: dict[str, Any] = {
+            "name": p.name,
+            "namespace": self.namespace,
+            "uid": p.uid,
+            "resourceVersion": str(p.rv),
+            "creationTimestamp": _rfc3339(p.created),
+            "labels": dict(p.labels),
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": kind, "name": p.owner[1], "controller": True}
+            ],
+        }
+        if p.annotations:
+            meta["annotations"] = dict(p.annotations)
+        if p.deleted_at is not None:
+            meta["deletionTimestamp"] = _rfc3339(p.deleted_at + self.termination_grace_s)
+            meta["deletionGracePeriodSeconds"] = int(self.termination_grace_s)
+        ready = p.ready(now)
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": meta,
+            "spec": {
+                "nodeName": "node-1",
+                "containers": [{"name": "engine", "image": "engine"}],
+                "terminationGracePeriodSeconds": int(self.termination_grace_s),
+            },
+            "status": {
+                "phase": "Running",
+                "podIP": p.ip,
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
+        }
+
+    def _handle_pods(
+        self, method: str, ns: str, name: str | None, query: str, ctype: str, raw: bytes
+    ) -> tuple[int, dict[str, Any]]:
+        now = time.monotonic()
+        self._expire(now)
+        if name is None:
+            if method != "GET":
+                return 405, status_body(405, "method not allowed")
+            sel = parse_selector((parse_qs(query).get("labelSelector") or [""])[0])
+            if sel is None:
+                return 400, status_body(400, "unable to parse requirement")
+            items = [
+                self._render_pod(p, now)
+                for p in sorted(self.pods.values(), key=lambda p: p.name)
+                if ns == self.namespace and matches(p.labels, sel)
+            ]
+            return 200, {
+                "apiVersion": "v1",
+                "kind": "PodList",
+                "metadata": {"resourceVersion": str(self.rv)},
+                "items": items,
+            }
+        pod = self.pods.get(name)
+        if ns != self.namespace or pod is None:
+            return 404, status_body(404, f'pods "{name}" not found')
+        if method == "GET":
+            return 200, self._render_pod(pod, now)
+        if method != "PATCH":
+            return 405, status_body(405, "method not allowed")
+        if ctype.split(";")[0].strip() != "application/merge-patch+json":
+            return 415, status_body(415, f"unsupported patch type {ctype}")
+        try:
+            patch = json.loads(raw or b"{}")
+        except ValueError:
+            return 400, status_body(400, "invalid JSON")
+        self.patches.append(patch)
+        meta = patch.get("metadata") or {} if isinstance(patch, dict) else {}
+        want_rv = meta.get("resourceVersion")
+        if want_rv is not None and str(want_rv) != str(pod.rv):
+            return 409, status_body(
+                409, f'Operation cannot be fulfilled on pods "{name}": the object has been modified'
+            )
+        ann = merge_patch(pod.annotations, meta.get("annotations") or {})
+        labels = merge_patch(pod.labels, meta.get("labels") or {})
+        bad = [k for k, v in {**ann, **labels}.items() if not isinstance(v, str)]
+        if bad:
+            return 422, status_body(422, f"metadata: Invalid value: {bad!r} must be strings")
+        pod.annotations, pod.labels = ann, labels
+        pod.rv = self._next_rv()
+        return 200, self._render_pod(pod, now)
+
+    def pods_of(self, name: str, svc: str = "", terminating: bool | None = None) -> list[str]:
+        """Names of the pods of object ``name`` (a DGD: of its service ``svc``); ``terminating``:
+        only those, none of those, or all (None)."""
+        with self.lock:
+            self._expire(time.monotonic())
+            return sorted(
+                p.name
+                for p in self.pods.values()
+                if p.owner[1:] == (name, svc)
+                and (terminating is None or (p.deleted_at is not None) == terminating)
+            )
+
+    def pod(self, name: str) -> Pod | None:
+        with self.lock:
+            self._expire(time.monotonic())
+            return self.pods.get(name)
+
+    def set_pod(self, name: str, ip: str | None = None, annotations: dict[str, str] | None = None) -> None:
+        """Test setup: a pod's IP or annotations as its spec/template would give them."""
+        with self.lock:
+            p = self.pods[name]
+            if ip is not None:
+                p.ip = ip
+            if annotations:
+                p.annotations.update(annotations)
+            p.rv = self._next_rv()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -306,8 +578,13 @@ class FakeKube:
             def _serve(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                path = self.path.split("?")[0]
-                code, body = fake.handle(method, path, self.headers.get("Content-Type", ""), raw)
+                refused = None
+                if fake.rbac is not None:  # the RBAC authorizer runs before the request is served
+                    refused = fake.rbac.check(method, self.path, self.headers.get("Authorization", ""))
+                if refused is not None:
+                    code, body = refused
+                else:
+                    code, body = fake.handle(method, self.path, self.headers.get("Content-Type", ""), raw)
                 data = json.dumps(body).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")

@@ -4,12 +4,16 @@ Two targets: a DynamoGraphDeployment (get + merge-patch of ``spec.services.<svc>
 ``scale`` subresource of Deployments / StatefulSets (get/patch scale, get the workload for its ready
 count). Every write carries the ``resourceVersion`` just read, so a concurrent writer makes it fail
 with 409 instead of being overwritten; the caller re-reads and tries again.
+
+For the drain, the pods of each target (:class:`PodApi`): list by label selector (the Scale's
+``status.selector``; for a DGD service ``dgd_pod_selector``) and merge-patch a pod's annotations.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,6 +26,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from planner_actuator_k8s.dgd import find_services, first_int, service_ready, service_replicas
+from planner_actuator_k8s.pods import PodView, parse_pod, selector_string
 from planner_actuator_k8s.settings import K8sActuatorSettings, ScaleRef, parse_pairs, parse_scale_targets
 
 T = TypeVar("T")
@@ -72,6 +77,13 @@ class Target(Protocol):
     def components(self) -> list[str]: ...
     def read(self) -> dict[str, Observed]: ...
     def scale(self, component: str, replicas: int) -> None: ...
+    def selector(self, component: str) -> str:
+        """The label selector of the component's pods ("" when unknown: no pod-level drain)."""
+        ...
+
+    def by_ordinal(self, component: str) -> bool:
+        """The controller removes the highest ordinals (a StatefulSet), not the lowest deletion cost."""
+        ...
 
 
 def api_client(s: K8sActuatorSettings) -> k8s.ApiClient:
@@ -136,6 +148,16 @@ class DgdTarget:
     def components(self) -> list[str]:
         return sorted(self._found)
 
+    def selector(self, component: str) -> str:
+        svc = self._found.get(component)
+        if svc is None:
+            return ""
+        own = parse_pairs(self.s.pod_selectors, "pod_selectors").get(component)
+        return own or self.s.dgd_pod_selector.format(dgd=self.s.dgd_name, service=svc)
+
+    def by_ordinal(self, component: str) -> bool:
+        return False  # the operator renders a single-node service as a Deployment
+
     def read(self) -> dict[str, Observed]:
         obj = self._get()
         return {
@@ -173,9 +195,18 @@ class ScaleTarget:
         self.apps = k8s.AppsV1Api(api)
         self.s = s
         self.refs: dict[str, ScaleRef] = parse_scale_targets(s.scale_targets)
+        self._selectors: dict[str, str] = {}
 
     def components(self) -> list[str]:
         return sorted(self.refs)
+
+    def selector(self, component: str) -> str:
+        own = parse_pairs(self.s.pod_selectors, "pod_selectors").get(component)
+        return own or self._selectors.get(component, "")
+
+    def by_ordinal(self, component: str) -> bool:
+        ref = self.refs.get(component)
+        return ref is not None and ref.kind == "StatefulSet"
 
     def _json(self, obj: Any) -> dict[str, Any]:
         # unannotated in the client; it turns model objects into plain JSON values
@@ -208,6 +239,11 @@ class ScaleTarget:
             scale = self._read_scale(ref)
             workload = self._read_workload(ref)
             spec_replicas = (scale.get("spec") or {}).get("replicas")
+            selector = (scale.get("status") or {}).get("selector")
+            if not isinstance(selector, str) or not selector:
+                labels = ((workload.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+                selector = selector_string(labels) if isinstance(labels, Mapping) else ""
+            self._selectors[comp] = selector
             status: Mapping[str, Any] = workload.get("status") or {}
             ready = first_int(status, self.s.ready_fields) or 0
             out[comp] = Observed(spec_replicas if isinstance(spec_replicas, int) else None, ready)
@@ -232,6 +268,38 @@ class ScaleTarget:
                     ref.name, ns, body, _content_type=MERGE_PATCH, _request_timeout=t
                 )
             )
+
+
+class PodApi:
+    """The two pod calls of the drain: list by label selector, merge-patch annotations."""
+
+    def __init__(self, api: k8s.ApiClient, s: K8sActuatorSettings) -> None:
+        self.core = k8s.CoreV1Api(api)
+        self.s = s
+
+    def list(self, selector: str) -> list[PodView]:
+        ns, t = self.s.k8s_namespace, self.s.request_timeout_s
+        # raw JSON (``_preload_content=False`` returns the urllib3 response, not a V1PodList)
+        resp: Any = _call(
+            lambda: self.core.list_namespaced_pod(
+                ns, label_selector=selector, _request_timeout=t, _preload_content=False
+            )
+        )
+        try:
+            body = json.loads(resp.data)
+        except (ValueError, AttributeError) as exc:
+            raise KubeError(ErrorKind.TRANSIENT, 0, f"pod list: {exc}") from None
+        items = body.get("items") if isinstance(body, dict) else None
+        return [parse_pod(p) for p in items or [] if isinstance(p, dict)]
+
+    def annotate(self, name: str, annotations: Mapping[str, str]) -> None:
+        ns, t = self.s.k8s_namespace, self.s.request_timeout_s
+        body = {"metadata": {"annotations": dict(annotations)}}
+        _call(
+            lambda: self.core.patch_namespaced_pod(
+                name, ns, body, _content_type=MERGE_PATCH, _request_timeout=t, _preload_content=False
+            )
+        )
 
 
 def make_target(api: k8s.ApiClient, s: K8sActuatorSettings) -> Target:

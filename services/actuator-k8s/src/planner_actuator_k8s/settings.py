@@ -76,6 +76,20 @@ class K8sActuatorSettings(ActuatorSettings, frozen=True, kw_only=True):
     backoff_max_s: Annotated[float, Meta(gt=0, le=600)] = 8.0
     poll_interval_s: Annotated[float, Meta(gt=0, le=300)] = 2.0
     """Read the targets, publish ReplicaStatus and check completion this often."""
+    drain_pods: bool = True
+    """Before lowering replicas, pick the least-loaded pods, annotate them with
+    ``controller.kubernetes.io/pod-deletion-cost`` and mark their engines draining; report them
+    draining until they are gone (needs pods get/list/patch). Off: only the replica count changes."""
+    dgd_pod_selector: str = (
+        "nvidia.com/dynamo-graph-deployment-name={dgd},nvidia.com/dynamo-component={service}"
+    )
+    """target=dgd: label selector of a service's pods (``{dgd}``, ``{service}`` filled in); these
+    are the labels the Dynamo operator puts on the pods it renders."""
+    pod_selectors: list[str] = msgspec.field(default_factory=list)
+    """COMPONENT=SELECTOR overrides of the pod label selector (``app=x,role=y``); otherwise the
+    Scale's ``status.selector`` (target=scale) or ``dgd_pod_selector``."""
+    load_max_age_s: Annotated[float, Meta(gt=0, le=3600)] = 30.0
+    """ComponentSnapshots older than this are not used to pick the least-loaded pods."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -88,5 +102,10 @@ class K8sActuatorSettings(ActuatorSettings, frozen=True, kw_only=True):
         elif not self.scale_targets:
             raise ValueError("target=scale needs scale_targets (COMPONENT=Deployment/NAME ...)")
         parse_scale_targets(self.scale_targets)
+        parse_pairs(self.pod_selectors, "pod_selectors")
+        try:
+            self.dgd_pod_selector.format(dgd="d", service="s")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"dgd_pod_selector: only {{dgd}} and {{service}} may be used ({exc})") from None
         if not self.ready_fields:
             raise ValueError("ready_fields must name at least one status field")
