@@ -26,6 +26,7 @@ from typing import Any
 import zmq
 
 from planner_core.engines.capabilities import capabilities_from_metrics
+from planner_fpm_relay.discovery import PodLister, PodListError, parse_pod_sources, targets_from_pods
 from planner_fpm_relay.fanin import Batch, EngineStream, FanIn, SharedSocket
 from planner_fpm_relay.kvmirror import KvMirror
 from planner_fpm_relay.membership import Membership
@@ -54,6 +55,10 @@ class FpmRelayService(Service[FpmRelaySettings]):
         self.relay_id = settings.relay_id or default_relay_id()
         self.metrics = RelayMetrics(self.registry)
         self.static = parse_static_engines(settings.static_engines)
+        self.pod_sources = parse_pod_sources(settings.pod_discovery)
+        self.discovered: dict[int, dict[str, EngineTarget]] = {}
+        """Targets found by each ``pod_discovery`` source (its index), as last listed."""
+        self._pods: PodLister | None = None
         self.subs: dict[str, EngineStream] = {}
         self.scrapes: dict[str, EngineTarget] = {}
         self._metric_caps: dict[str, EngineCapabilities] = {}
@@ -126,6 +131,15 @@ class FpmRelayService(Service[FpmRelaySettings]):
             kv = await self.bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
             self.engines = KvMirror(kv, f"{s.namespace}.>", s.engines_resync_s, self._dirty.set, "engines")
             self.spawn(self.engines.run(), "engines-watch")
+        if self.pod_sources:
+            try:
+                self._pods = PodLister(
+                    s.k8s_namespace, s.k8s_api_url, s.k8s_token_file, s.k8s_ca_file, s.k8s_verify_ssl
+                )
+            except PodListError as exc:
+                raise ValueError(f"pod_discovery: {exc}") from None
+            await self._discover()
+            self.every(s.pod_discovery_interval_s, self._discover, "pod-discovery")
         self._dirty.set()
         self.spawn(self._reconcile_loop(), "reconcile")
         self.every(s.scrape_interval_s, self._scrape_all, "scrape")
@@ -144,8 +158,34 @@ class FpmRelayService(Service[FpmRelaySettings]):
                 if cached[1] is not None:
                     out[cached[1].key] = cached[1]
             self._decoded = fresh
+        for found in self.discovered.values():
+            out.update(found)
         out.update(self.static)
         return out
+
+    async def _discover(self) -> None:
+        """List the pods of each ``pod_discovery`` source; a source that cannot be listed keeps its
+        last targets (an API hiccup does not drop every engine) and is logged."""
+        lister = self._pods
+        if lister is None:
+            return
+        s = self.settings
+        changed = False
+        for i, src in enumerate(self.pod_sources):
+            try:
+                pods = await asyncio.to_thread(lister.list, src.selector)
+            except PodListError as exc:
+                self.log.warning("pod_discovery_failed", selector=src.selector, error=str(exc)[:300])
+                continue
+            found = targets_from_pods(pods, src, s.pod_metrics_port, s.pod_metrics_path, s.pod_fpm_port)
+            if found != self.discovered.get(i):
+                self.log.info(
+                    "pods_discovered", component=src.component, selector=src.selector, engines=sorted(found)
+                )
+                self.discovered[i] = found
+                changed = True
+        if changed:
+            self._dirty.set()
 
     def _decode_entry(self, kv_key: str, value: bytes) -> EngineTarget | None:
         try:

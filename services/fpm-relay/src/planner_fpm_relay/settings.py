@@ -7,6 +7,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from planner_fpm_relay.discovery import parse_pod_sources
 from planner_fpm_relay.targets import parse_static_engines
 from planner_runtime.settings import BaseSettings
 
@@ -58,6 +59,28 @@ class FpmRelaySettings(BaseSettings, frozen=True, kw_only=True):
     in ``planner_fpm_dropped_total{reason="overload"}`` (the relay keeps reading; engines never block)."""
     queue_batches: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024
     """Passes (each a list of per-engine batches) waiting between the socket hub and the publisher."""
+    pod_discovery: list[str] = msgspec.field(default_factory=list)
+    """Engines found as Kubernetes pods: ``COMPONENT:KIND:LABEL_SELECTOR`` items (KIND vllm, sglang,
+    trtllm, llamacpp, or fpm), e.g. ``decode:vllm:app=decode-worker``. Running + Ready pods without
+    a deletionTimestamp are scraped on their IP; the worker id is the pod name."""
+    k8s_namespace: str = "default"
+    """The namespace ``pod_discovery`` lists pods in."""
+    k8s_api_url: str = ""
+    """API server URL for ``pod_discovery``; empty: the in-cluster service account (outside a
+    cluster, ``kubectl proxy`` and ``http://127.0.0.1:8001``)."""
+    k8s_token_file: str = ""
+    """Bearer token file for ``k8s_api_url`` (in-cluster: the service account's, re-read each list)."""
+    k8s_ca_file: str = ""
+    """CA bundle for an https ``k8s_api_url`` (in-cluster: the service account's ``ca.crt``)."""
+    k8s_verify_ssl: bool = True
+    pod_metrics_port: Annotated[int, Meta(ge=1, le=65535)] = 8000
+    """Port of a discovered pod's /metrics unless its ``prometheus.io/port`` annotation says."""
+    pod_metrics_path: str = "/metrics"
+    """Path of a discovered pod's metrics unless its ``prometheus.io/path`` annotation says."""
+    pod_fpm_port: Annotated[int, Meta(ge=1, le=65535)] = 20380
+    """ZMQ port of discovered ``fpm`` engines (data-parallel rank 0)."""
+    pod_discovery_interval_s: Seconds = 5.0
+    """List the pods this often (a deleted pod is dropped at the next list)."""
     scrape_interval_s: Seconds = 2.0
     scrape_timeout_s: Seconds = 2.0
     scrape_max_bytes: Annotated[int, Meta(ge=1024, le=256 * 1024 * 1024)] = 8 * 1024 * 1024
@@ -65,6 +88,7 @@ class FpmRelaySettings(BaseSettings, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         super().__post_init__()
         parse_static_engines(self.static_engines)
+        parse_pod_sources(self.pod_discovery)
         if self.relay_heartbeat_s * 2 > self.relay_ttl_s:
             raise ValueError(
                 f"relay_heartbeat_s ({self.relay_heartbeat_s}) must be at most half of relay_ttl_s"
