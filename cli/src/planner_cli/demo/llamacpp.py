@@ -83,8 +83,7 @@ def _argv(name: str, cfg: LlamaDemoConfig, nats_url: str, port: int, circus: str
         worker = (
             f"{sys.executable} -m planner_runtime.llamacpp.worker --worker-id {{worker_id}} "
             f"--component {{component}} --namespace {{namespace}} --nats-url {{nats_url}} "
-            f"--parallel {cfg.parallel} --ctx-per-slot {cfg.ctx_per_slot} --binary {binary} "
-            f"--log-dir {cfg.out_dir / 'logs'}"
+            f"--parallel {cfg.parallel} --ctx-per-slot {cfg.ctx_per_slot} --binary {binary}"
         )
         argv += [
             "--circus-endpoint", circus, "--worker-cmd", f"'{worker}'",

@@ -26,7 +26,7 @@ def server_args(
     binary: Path | str,
     model: Path | str,
     *,
-    port: int,
+    port: int | str,
     host: str = "127.0.0.1",
     parallel: int = 2,
     ctx_per_slot: int = 1024,

@@ -1,0 +1,1 @@
+"""`planner register`: stock engines into planner_engines, with their capabilities, and drained."""
