@@ -10,7 +10,7 @@ import pytest
 from planner_cli.commands.ack import parse_ready
 from planner_core.policy import PolicyConfig, PolicyKind
 from planner_core.profile import save_decode, save_prefill
-from planner_decider.capacity import default_profile_dir, load_capacity, profile_files
+from planner_decider.capacity import load_capacity, profile_files
 from planner_decider.report import DecisionRow, History, TickPoint, render_html, svg_chart
 from planner_decider.settings import DeciderSettings
 from planner_runtime.settings import SettingsError, load_settings
@@ -70,9 +70,15 @@ def test_profile_files_prefer_reference_names_then_any(tmp_path: Path) -> None:
         profile_files(tmp_path)
 
 
-def test_default_profile_dir_is_the_shared_h200_data(shared_data: Path) -> None:
-    found = default_profile_dir()
-    assert found == (shared_data / "dynamo").resolve()
+def test_the_profile_is_loaded_only_from_the_settings(shared_data: Path, tmp_path: Path) -> None:
+    """With ../shared/data/dynamo on hand and no profile_dir, none is loaded; a profile_dir that is
+    not a folder is a settings error (one line, exit 2), not a silent fallback."""
+    from planner_decider.settings import DeciderSettings
+
+    assert DeciderSettings().profile_dir == ""
+    with pytest.raises(ValueError, match="profile_dir"):
+        DeciderSettings(profile_dir=str(tmp_path / "missing"))
+    assert DeciderSettings(profile_dir=str(shared_data / "dynamo")).profile_dir
 
 
 def test_report_has_charts_and_an_escaped_decision_log() -> None:

@@ -130,7 +130,12 @@ class Bus:
             if _is_auth_error(exc):
                 auth_error[:] = [exc]
                 auth_failed.set()
-            log.debug("nats_error", error=str(exc) or type(exc).__name__)
+            if "permissions violation" in str(exc).lower():
+                # the server refused a subject this user may not use: the service cannot do that part
+                # of its job until the NATS user's permissions allow it (deploy/nats/auth.conf)
+                log.error("nats_permission_denied", user=settings.nats_user, error=str(exc))
+            else:
+                log.debug("nats_error", error=str(exc) or type(exc).__name__)
 
         loop = asyncio.get_running_loop()
         deadline = None if max_wait_s is None else loop.time() + max_wait_s

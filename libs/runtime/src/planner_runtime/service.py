@@ -202,7 +202,17 @@ class Service(Generic[S]):
 
     # ---- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> int:
-        port = await self.http.start()
+        try:
+            port = await self.http.start()
+        except OSError as exc:  # a busy port, an address this host does not have
+            self.log.error(
+                "http_listen_failed",
+                host=self.settings.http_host,
+                port=self.settings.http_port,
+                error=exc.strerror or str(exc),
+                detail="set another --http-port (0 picks a free one)",
+            )
+            return 1
         self.log.info("starting", service=self.name, http_port=port, settings=self.settings.redacted())
         try:
             self._bus = await Bus.connect(
@@ -212,7 +222,11 @@ class Service(Generic[S]):
             self.log.error("nats_connect_failed", error=str(exc))
             await self.http.stop()
             return 1
-        await self.setup()
+        if not await self._setup_or_stop():
+            return 1
+        if self.stopping.is_set():  # SIGTERM while setting up
+            await self.shutdown()
+            return 0
         if self.lease is None:
             self._active_on = True
             await self.activate()
@@ -222,6 +236,25 @@ class Service(Generic[S]):
         await self.stopping.wait()
         await self.shutdown()
         return 0
+
+    async def _setup_or_stop(self) -> bool:
+        """``setup()``, given up on SIGTERM; False (after one error line and a shutdown) when it
+        failed: a JetStream asset this NATS user may not use, a bad file, ... (no traceback)."""
+        setup = asyncio.ensure_future(self.setup())
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({setup, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not setup.done():
+            await cancel_and_wait({setup})
+            return True
+        exc = setup.exception()
+        if exc is None:
+            return True
+        self.log.error("setup_failed", error=f"{type(exc).__name__}: {exc}".rstrip(": "))
+        await self.shutdown()
+        return False
 
     async def shutdown(self) -> None:
         try:

@@ -13,17 +13,6 @@ DEFAULT_DECODE = "h200_llama31_8b_fp8_tp1_decode_raw_data.npz"
 _SUFFIXES = (".npz", ".json")
 
 
-def default_profile_dir(start: Path | None = None) -> Path | None:
-    """``../shared/data/dynamo`` next to the working directory or to this checkout, when present."""
-    here = Path(__file__).resolve()
-    candidates = [(start or Path.cwd()) / ".." / "shared" / "data" / "dynamo"]
-    candidates += [p / "shared" / "data" / "dynamo" for p in here.parents]
-    for c in candidates:
-        if (c / DEFAULT_PREFILL).is_file() and (c / DEFAULT_DECODE).is_file():
-            return c.resolve()
-    return None
-
-
 def _pick(folder: Path, role: str, preferred: str) -> Path:
     if (folder / preferred).is_file():
         return folder / preferred

@@ -26,7 +26,7 @@ from planner_core.policy.estimator import SnapshotEstimator
 from planner_core.policy.horizon import PredictiveState
 from planner_core.profile import ProfileError
 from planner_decider.book import IssueBook, on_ack, record, seeded
-from planner_decider.capacity import default_profile_dir, load_capacity
+from planner_decider.capacity import load_capacity
 from planner_decider.ids import DecisionIdConflict, DecisionIds
 from planner_decider.inputs import LatestInputs, managed_replicas
 from planner_decider.metrics import DeciderMetrics, estimated_itl_ms, estimated_ttft_ms
@@ -170,10 +170,10 @@ class DeciderService(Service[DeciderSettings]):
     async def _load_profile(self) -> None:
         if self.cfg.policy not in (PolicyKind.THROUGHPUT, PolicyKind.COMBINED):
             return
-        folder = Path(self.settings.profile_dir) if self.settings.profile_dir else default_profile_dir()
-        if folder is None:
+        if not self.settings.profile_dir:  # only where the settings say, never found by itself
             self.log.warning("no_profile", detail="throughput mode has no profile: set profile_dir")
             return
+        folder = Path(self.settings.profile_dir)
         try:
             # building the decode grid takes a while: keep the event loop (and NATS pings) responsive
             capacity = await asyncio.to_thread(load_capacity, folder)

@@ -8,6 +8,7 @@ part is validated by ``planner_core.policy.validate_config``; its message names 
 from __future__ import annotations
 
 from dataclasses import fields
+from pathlib import Path
 from typing import Annotated
 
 import msgspec
@@ -81,7 +82,8 @@ class DeciderSettings(LeaseSettings, frozen=True, kw_only=True):
 
     # --- the service ----------------------------------------------------------------------------
     profile_dir: str = ""
-    """Profile (reference NPZ/JSON) for throughput mode; empty = ../shared/data/dynamo H200 if found."""
+    """Folder of the profile (reference NPZ/JSON) for throughput mode, the only place a profile is
+    loaded from; empty: none (the throughput part then has no capacity model and says so)."""
     components: list[str] = msgspec.field(default_factory=list)
     """Components to manage; empty = every component the actuators report in ReplicaStatus."""
     ack_timeout_s: Pos = 1800.0
@@ -107,6 +109,8 @@ class DeciderSettings(LeaseSettings, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         super().__post_init__()
         validate_config(self.policy_config())
+        if self.profile_dir and not Path(self.profile_dir).is_dir():
+            raise ValueError(f"profile_dir {self.profile_dir!r} is not a folder")
         bad = [c for c in self.components if c not in ("prefill", "decode", "agg")]
         if bad:
             raise ValueError(f"components: unknown component(s) {bad}; allowed: prefill, decode, agg")
