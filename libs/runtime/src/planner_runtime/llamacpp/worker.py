@@ -27,7 +27,14 @@ def command(args: argparse.Namespace) -> list[str] | None:
     if not binary:
         return None
     model = args.model or ensure_tiny_llama()
-    return server_args(binary, model, port="{port}", parallel=args.parallel, ctx_per_slot=args.ctx_per_slot)
+    return server_args(
+        binary,
+        model,
+        port="{port}",
+        parallel=args.parallel,
+        ctx_per_slot=args.ctx_per_slot,
+        extra=("--batch-size", "2048"),  # llama-server's default, stated so the wrapper reads it
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,6 +60,8 @@ _LIMIT_FLAGS = {
     "-np": "max_num_seqs",
     "--max-num-batched-tokens": "max_num_batched_tokens",
     "--chunked-prefill-size": "max_num_batched_tokens",
+    "--batch-size": "max_num_batched_tokens",
+    "-b": "max_num_batched_tokens",
 }
 """vLLM, SGLang and llama-server flags for the limits their /metrics do not show."""
 
