@@ -22,7 +22,8 @@ from planner_cli.chaos.faults import CLUSTER_RESTART, NATS, NODE_KILL
 from planner_cli.chaos.run import ChaosConfig, print_report, run_chaos
 from planner_cli.demo.run import DemoConfig
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# ~75 s each; a service that never comes back costs RECOVERY_TIMEOUT_S per fault before the report
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 RECOVERY_TIMEOUT_S = 60.0
 """A killed service must be healthy and at work again within this long, however loaded the machine."""
