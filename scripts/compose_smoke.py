@@ -129,9 +129,13 @@ def build_image(base: str) -> int:
     if os.environ.get("PIP_INDEX_URL", "").startswith(("http://", "https://")):
         argv += ["--build-arg", f"PIP_INDEX_URL={os.environ['PIP_INDEX_URL']}"]
     argv.append(".")  # the context: the repository root (.dockerignore keeps it to the packages)
+    old = run(["podman", "image", "inspect", IMAGE, "--format", "{{.Id}}"], check=False).stdout.strip()
     t = time.monotonic()
     say(f"building {IMAGE} from deploy/Dockerfile (BASE={base}{', CA bundle ' + ca if ca else ''})")
     run(argv)
+    new = run(["podman", "image", "inspect", IMAGE, "--format", "{{.Id}}"]).stdout.strip()
+    if old and old != new:  # the previous build, now untagged: not kept around (750 MB each)
+        run(["podman", "rmi", old], check=False)
     size = int(run(["podman", "image", "inspect", IMAGE, "--format", "{{.Size}}"]).stdout.strip())
     say(f"image {IMAGE} built in {time.monotonic() - t:.0f}s: {size / 1e6:.0f} MB")
     return size
@@ -263,6 +267,7 @@ async def observe(stack: Stack, timeout_s: float) -> dict[str, object]:
             for msg in msgs:
                 seen["decisions"].append(json.loads(msg.data))  # type: ignore[union-attr]
                 await msg.ack()
+        await sub.unsubscribe()  # else the drain below waits out its 30 s for the pull subscription
     finally:
         await nc.drain()
     return seen
