@@ -103,9 +103,7 @@ def vllm_config(out_dir: Path = Path("out/demo-vllm"), live: bool = True) -> Lla
 def _worker_cmd(cfg: LlamaDemoConfig, binary: Path) -> tuple[str, list[str]]:
     """The actuator's worker command (circus placeholders in braces; ``{{port}}`` reaches the
     wrapper as ``{port}``) and its environment items."""
-    head = (
-        "--worker-id {worker_id} --component {component} --namespace {namespace} --nats-url {nats_url}"
-    )
+    head = "--worker-id {worker_id} --component {component} --namespace {namespace} --nats-url {nats_url}"
     if cfg.engine == "vllm":
         from planner_runtime import vllm
 
