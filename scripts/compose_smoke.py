@@ -182,6 +182,10 @@ class Stack:
         vols = run(["podman", "volume", "ls", "-q", "--filter", f"name={self.project}_"], check=False)
         if vols.stdout.split():
             run(["podman", "volume", "rm", "-f", *vols.stdout.split()], check=False)
+        # podman-compose's down leaves the project's network behind
+        nets = run(["podman", "network", "ls", "-q", "--filter", f"name={self.project}_"], check=False)
+        if nets.stdout.split():
+            run(["podman", "network", "rm", "-f", *nets.stdout.split()], check=False)
         say(f"stack {self.project} stopped; containers, network and volumes removed")
 
     def dump_logs(self) -> None:
