@@ -49,7 +49,7 @@ podman:
       echo "warning: podman cannot run here; the compose smoke will skip" >&2
     fi
 
-# (~6 min from nothing, ~2 min cached; scripts/compose_smoke.py; docs/getting-started/compose.md)
+# (3-8 min from nothing on 2 shared cores, ~1.5 min cached; scripts/compose_smoke.py; docs/getting-started/compose.md)
 # build the image, run docker-compose.yml with podman behind the secured NATS, check the loop end to end, remove it all
 compose-smoke *args: setup
     uv run python scripts/compose_smoke.py "$@"
