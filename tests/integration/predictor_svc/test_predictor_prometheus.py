@@ -84,7 +84,7 @@ def _get_json(url: str) -> dict[str, object]:
 def prometheus(exporter: Exporter) -> Iterator[str]:
     binary = shutil.which("prometheus")
     if binary is None:
-        msg = "prometheus binary not found (Debian package 'prometheus'; .ci/run installs it)"
+        msg = "prometheus binary not found (Debian package 'prometheus'; `just prometheus`, which `just test` runs, installs it)"
         if os.environ.get("CI"):
             pytest.fail(msg)
         pytest.skip(msg)
