@@ -348,13 +348,9 @@ class FakeKube:
                 return 200, self._render(obj, group, version, sub)
             if method != "PATCH" or (key[0] != "dynamographdeployments" and sub is None):
                 return 405, status_body(405, "method not allowed")
-            if ctype.split(";")[0].strip() != "application/merge-patch+json":
-                return 415, status_body(415, f"unsupported patch type {ctype}")
-            try:
-                patch = json.loads(raw or b"{}")
-            except ValueError:
-                return 400, status_body(400, "invalid JSON")
-            self.patches.append(patch)
+            patch, refused = self._merge_patch(ctype, raw)
+            if refused is not None:
+                return refused
             if self._races:
                 self._races -= 1
                 obj.rv = self._next_rv()
@@ -366,6 +362,18 @@ class FakeKube:
                     "please apply your changes to the latest version and try again",
                 )
             return self._apply(obj, patch, group, version, sub)
+
+    def _merge_patch(self, ctype: str, raw: bytes) -> tuple[Any, tuple[int, dict[str, Any]] | None]:
+        """The patch body (recorded in ``patches``), or the API server's refusal: 415 for another
+        patch type, 400 for a body that is not JSON."""
+        if ctype.split(";")[0].strip() != "application/merge-patch+json":
+            return None, (415, status_body(415, f"unsupported patch type {ctype}"))
+        try:
+            patch = json.loads(raw or b"{}")
+        except ValueError:
+            return None, (400, status_body(400, "invalid JSON"))
+        self.patches.append(patch)
+        return patch, None
 
     def _render(self, obj: Obj, group: str, version: str, sub: str | None) -> dict[str, Any]:
         if obj.kind == "DynamoGraphDeployment":
@@ -520,13 +528,9 @@ class FakeKube:
             return 200, self._render_pod(pod, now)
         if method != "PATCH":
             return 405, status_body(405, "method not allowed")
-        if ctype.split(";")[0].strip() != "application/merge-patch+json":
-            return 415, status_body(415, f"unsupported patch type {ctype}")
-        try:
-            patch = json.loads(raw or b"{}")
-        except ValueError:
-            return 400, status_body(400, "invalid JSON")
-        self.patches.append(patch)
+        patch, refused = self._merge_patch(ctype, raw)
+        if refused is not None:
+            return refused
         meta = patch.get("metadata") or {} if isinstance(patch, dict) else {}
         want_rv = meta.get("resourceVersion")
         if want_rv is not None and str(want_rv) != str(pod.rv):

@@ -28,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from threading import Thread
 from typing import Any
+from unittest import mock
 
 import yaml
 
@@ -98,16 +99,8 @@ def shipped_nats_conf(folder: Path, tls_dir: Path, store: Path, monitor_port: in
 def nats_with_env(conf: Path, env: dict[str, str], log_file: Path) -> Iterator[NatsServer]:
     """nats-server -c conf, the passwords in its environment (as the Secret gives them in a pod)."""
     server = NatsServer(jetstream=False, extra_args=["-c", str(conf)], log_file=log_file)
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, env):  # the conf reads the passwords from nats-server's env
         server.start()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     try:
         yield server
     finally:

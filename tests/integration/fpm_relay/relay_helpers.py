@@ -172,3 +172,37 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(5)
     if proc.stderr is not None:
         proc.stderr.close()
+
+
+class FakeMetricsServer:
+    """A ``/metrics`` endpoint on loopback: serves ``text()`` (``body`` unless overridden) with
+    ``status``, counting ``hits``."""
+
+    def __init__(self, body: str) -> None:
+        self.body = body
+        self.status = 200
+        self.hits = 0
+        self.server: asyncio.Server | None = None
+
+    def text(self) -> str:
+        return self.body
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/metrics"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        self.hits += 1
+        data = self.text().encode()
+        writer.write(
+            f"HTTP/1.1 {self.status} X\r\nContent-Type: text/plain\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        await writer.drain()
+        writer.close()
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()

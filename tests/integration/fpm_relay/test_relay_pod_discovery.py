@@ -16,8 +16,8 @@ import pytest
 from planner_proto import Subjects, WorkerLoadSample
 from planner_runtime.natsd import NatsServer
 
-from .relay_helpers import NS, connect, in_process_relay, wait_until
-from .test_relay_scrape import FIXTURES, FakeMetricsServer
+from .relay_helpers import NS, FakeMetricsServer, connect, in_process_relay, wait_until
+from .test_relay_scrape import FIXTURES
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,6 @@ KV usage) is published with the usage at 0 and counted in planner_scrape_missing
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -13,39 +12,11 @@ from planner_proto import Component, EngineCapabilities, EngineInfo, Subjects, W
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
 from planner_runtime.natsd import NatsServer
 
-from .relay_helpers import NS, connect, in_process_relay, wait_until
+from .relay_helpers import NS, FakeMetricsServer, connect, in_process_relay, wait_until
 
 pytestmark = pytest.mark.integration
 
 FIXTURES = Path(__file__).parent.parent.parent / "unit" / "fpm_relay" / "fixtures"
-
-
-class FakeMetricsServer:
-    def __init__(self, body: str) -> None:
-        self.body = body
-        self.status = 200
-        self.hits = 0
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/metrics"
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        self.hits += 1
-        data = self.body.encode()
-        writer.write(
-            f"HTTP/1.1 {self.status} X\r\nContent-Type: text/plain\r\nContent-Length: {len(data)}\r\n\r\n".encode()
-            + data
-        )
-        await writer.drain()
-        writer.close()
-
-    async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
 
 
 async def test_scrape_adapters_publish_load_samples(nats_server: NatsServer) -> None:

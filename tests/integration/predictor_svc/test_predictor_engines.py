@@ -20,7 +20,7 @@ from planner_predictor.settings import PredictorSettings
 from planner_proto import LoadForecast, Subjects, TrafficSample, WorkerLoadSample
 from planner_runtime.natsd import NatsServer
 
-from ..fpm_relay.relay_helpers import NS, connect, in_process_relay
+from ..fpm_relay.relay_helpers import NS, FakeMetricsServer, connect, in_process_relay
 from ..inbox import Inbox
 
 pytestmark = pytest.mark.integration
@@ -43,22 +43,21 @@ ADVANCING = {
 """Series that grow per request finished (count series by 1, token series by the request's tokens)."""
 
 
-class AdvancingVllm:
+class AdvancingVllm(FakeMetricsServer):
     """Serves a recorded vLLM exposition whose traffic counters grow with the time since start."""
 
     def __init__(self, template: str) -> None:
-        self.template = template
+        super().__init__(template)
         self.started = time.monotonic()
         self.base = 1.0
-        self.server: asyncio.Server | None = None
 
     def restart(self) -> None:
         """A restarted engine: its counters start again from 0."""
         self.started, self.base = time.monotonic(), 0.0
 
-    def body(self) -> str:
+    def text(self) -> str:
         done = RATE * (time.monotonic() - self.started)
-        text = self.template
+        text = self.body
         for pattern, per_request in ADVANCING.items():
             text = re.sub(
                 rf"^({pattern}) (\S+)$",
@@ -67,24 +66,6 @@ class AdvancingVllm:
                 flags=re.MULTILINE,
             )
         return text
-
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/metrics"
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        data = self.body().encode()
-        writer.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(data) + data
-        )
-        await writer.drain()
-        writer.close()
-
-    async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
 
 
 def _settings(url: str, **kw: Any) -> PredictorSettings:

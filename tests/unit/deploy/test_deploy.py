@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
@@ -159,16 +160,8 @@ def test_compose_commands_are_valid_service_settings() -> None:
             k: re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(v))
             for k, v in (svc.get("environment") or {}).items()
         }
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with mock.patch.dict(os.environ, env):
             settings = settings_from_args(module.SERVICE.settings_type, cmd[2:], prog=name)
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         assert settings.nats_url == "nats://nats:4222", name
         checked += 1
     assert checked >= 6  # the engines run under circus (actuator-circus), not as serve commands

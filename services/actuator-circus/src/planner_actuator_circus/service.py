@@ -9,8 +9,6 @@ same ``actuator_id`` are one active actuator plus standbys (KV lease
 
 from __future__ import annotations
 
-import asyncio
-
 from prometheus_client import Counter
 
 from planner_actuator_circus.backend import CircusBackend
@@ -19,6 +17,7 @@ from planner_actuator_circus.settings import CircusActuatorSettings
 from planner_proto import ComponentSnapshot
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
 from planner_runtime.actuation import ActuatorService, Backend
+from planner_runtime.actuation.loads import RecentLoads
 
 
 class CircusActuator(ActuatorService[CircusActuatorSettings]):
@@ -29,7 +28,7 @@ class CircusActuator(ActuatorService[CircusActuatorSettings]):
     def __init__(self, settings: CircusActuatorSettings) -> None:
         super().__init__(settings)
         self.circus = CircusControl(settings.circus_endpoint, settings.circus_timeout_s)
-        self.loads: dict[str, tuple[float, int]] = {}
+        self.loads = RecentLoads(settings.load_max_age_s)
         self.m_restarts = Counter(
             "planner_actuator_worker_restarts", "Workers restarted after exiting", registry=self.registry
         )
@@ -39,19 +38,16 @@ class CircusActuator(ActuatorService[CircusActuatorSettings]):
 
     async def make_backend(self) -> Backend:
         engines_kv = await self.bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
-        await self.bus.subscribe(self.subjects.state("*"), ComponentSnapshot, self._on_snapshot)
+        await self.bus.subscribe(self.subjects.state("*"), ComponentSnapshot, self.loads.on_snapshot)
         return CircusBackend(
-            self.settings, self.circus, engines_kv, self.subjects, self._in_flight, self.m_restarts, self.log
+            self.settings,
+            self.circus,
+            engines_kv,
+            self.subjects,
+            self.loads.current,
+            self.m_restarts,
+            self.log,
         )
-
-    async def _on_snapshot(self, snap: ComponentSnapshot, subject: str) -> None:
-        now = asyncio.get_running_loop().time()
-        for w in snap.workers:
-            self.loads[w.worker_id] = (now, w.running_requests + w.waiting_requests)
-
-    def _in_flight(self) -> dict[str, int]:
-        now = asyncio.get_running_loop().time()
-        return {k: n for k, (t, n) in self.loads.items() if now - t <= self.settings.load_max_age_s}
 
     async def cleanup(self) -> None:
         await super().cleanup()

@@ -24,6 +24,7 @@ from planner_actuator_k8s.settings import K8sActuatorSettings
 from planner_proto import ComponentSnapshot, DecodeError, EngineInfo, Subjects
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
 from planner_runtime.actuation import ActuatorService, Backend
+from planner_runtime.actuation.loads import RecentLoads
 from planner_runtime.bus import kv_get, kv_put
 
 
@@ -77,7 +78,7 @@ class K8sActuator(ActuatorService[K8sActuatorSettings]):
         self.m_api_errors = Counter(
             "planner_actuator_api_errors", "Failed API calls", ["kind"], registry=self.registry
         )
-        self.loads: dict[str, tuple[float, int]] = {}
+        self.loads = RecentLoads(settings.load_max_age_s)
 
     def status_every_s(self) -> float:
         return self.settings.poll_interval_s
@@ -91,7 +92,7 @@ class K8sActuator(ActuatorService[K8sActuatorSettings]):
         engines: EngineRegistry | None = None
         if s.drain_pods:
             engines = EngineRegistry(await self.bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S), self.subjects)
-            await self.bus.subscribe(self.subjects.state("*"), ComponentSnapshot, self._on_snapshot)
+            await self.bus.subscribe(self.subjects.state("*"), ComponentSnapshot, self.loads.on_snapshot)
         return KubeBackend(
             make_target(api, s),
             s,
@@ -99,18 +100,8 @@ class K8sActuator(ActuatorService[K8sActuatorSettings]):
             self.log,
             pods=PodApi(api, s),
             engines=engines,
-            loads=self._in_flight,
+            loads=self.loads.current,
         )
-
-    async def _on_snapshot(self, snap: ComponentSnapshot, subject: str) -> None:
-        now = asyncio.get_running_loop().time()
-        for w in snap.workers:
-            self.loads[w.worker_id] = (now, w.running_requests + w.waiting_requests)
-
-    def _in_flight(self) -> dict[str, int]:
-        now = asyncio.get_running_loop().time()
-        self.loads = {k: v for k, v in self.loads.items() if now - v[0] <= self.settings.load_max_age_s}
-        return {k: n for k, (_, n) in self.loads.items()}
 
 
 SERVICE = K8sActuator

@@ -12,11 +12,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from planner_runtime.httpget import get
 from planner_runtime.llamacpp.binary import find_llama_server
 from planner_runtime.llamacpp.tinymodel import ensure_tiny_llama
 from planner_runtime.natsd import _die_with_parent, free_port
@@ -54,17 +53,6 @@ def server_args(
         "--no-warmup",
         *extra,
     ]
-
-
-def get(url: str, timeout_s: float = 2.0) -> tuple[int, bytes]:
-    """``(status, body)`` of a GET; status 0 when nothing answered."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            return int(r.status), r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except (urllib.error.URLError, OSError):
-        return 0, b""
 
 
 def wait_healthy(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> bool:

@@ -10,8 +10,6 @@ vLLM: ``/health``; ``vllm:cache_config_info`` on ``/metrics`` (blocks x block si
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 
 import msgspec
@@ -19,19 +17,9 @@ import msgspec
 from planner_core.engines.capabilities import capabilities_from_metrics
 from planner_core.engines.inflight import detect_kind, in_flight
 from planner_proto import EngineCapabilities
+from planner_runtime.httpget import get
 
 KINDS = ("vllm", "sglang", "llamacpp", "trtllm")
-
-
-def get(url: str, timeout_s: float = 2.0) -> tuple[int, bytes]:
-    """``(status, body)`` of a GET; status 0 when nothing answered."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            return int(r.status), r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except (urllib.error.URLError, OSError, ValueError):
-        return 0, b""
 
 
 def _json(url: str) -> object:
