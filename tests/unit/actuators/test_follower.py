@@ -300,3 +300,39 @@ async def test_decisions_passed_over_by_a_takeover_are_answered_superseded_once(
         (3, "superseded", "superseded by decision 4"),
     ]
     assert f.desired == {"prefill": 3} and f.last_decision_id == 4
+
+
+async def test_a_decision_is_taken_only_once_its_state_is_saved() -> None:
+    """A whole-cluster NATS restart: the state save fails while decision 3 is taken. It must not be
+    answered (a new holder reloading the state at 2 would take it and answer ``accepted`` again):
+    the state stays at 2, the feed's message is left unacked, and its redelivery is taken once."""
+    import nats
+
+    class Flaky(Follower):
+        def __init__(self, backend: MemBackend) -> None:
+            super().__init__(backend)
+            self.fail_saves = 0
+
+        async def _persist(self, strict: bool = False) -> None:
+            if self.fail_saves and strict:  # the save a decision is taken on
+                self.fail_saves -= 1
+                raise nats.errors.TimeoutError
+
+    f = Flaky(MemBackend())
+    await f.take_in([decision(2, prefill=1)])
+    f.fail_saves = 1
+    with pytest.raises(nats.errors.TimeoutError):
+        await f.take_in([decision(3, prefill=2)])
+    assert f.last_decision_id == 2 and f.desired == {"prefill": 1}
+    await f.take_in([decision(3, prefill=2)])  # the feed delivers it again
+    f.fail_saves = 1
+    with pytest.raises(nats.errors.TimeoutError):
+        await f.take_in([decision(4, prefill=99, decode=99)])  # rejected by admit: not answered either
+    await f.take_in([decision(4, prefill=99, decode=99)])
+    assert f.sent == [
+        (2, "accepted", ""),
+        (2, "superseded", "superseded by decision 3"),
+        (3, "accepted", ""),
+        (3, "superseded", "superseded by decision 4"),
+        (4, "failed", "too_big"),
+    ]

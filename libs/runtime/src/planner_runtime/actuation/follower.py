@@ -222,7 +222,11 @@ class DecisionFollower:
                 continue
             if not msgs:
                 continue
-            await self.take_in(decisions)
+            try:
+                await self.take_in(decisions)
+            except (nats.errors.Error, OSError):
+                await asyncio.sleep(1.0)  # not acked: the feed delivers them again
+                continue
             await feed.ack_all(msgs)
             self.wake.set()
 
@@ -259,17 +263,26 @@ class DecisionFollower:
             error = f"invalid_component: {unknown!r} are not components ({sorted(KNOWN_COMPONENTS)})"
         else:
             error = self.backend.admit(d.targets, self._running())
+        before = (self.last_decision_id, self.completed_decision_id, dict(self.desired), self.external_change)
         self.last_decision_id = d.decision_id
         if self.current is not None:
             await self._finish(AckStatus.SUPERSEDED, f"superseded by decision {d.decision_id}")
         if error:
             self.completed_decision_id = d.decision_id
-            await self._persist()
+        else:
+            self.desired.update(targets)
+            self.external_change = False
+        try:
+            # Taken only once saved: a decision answered but not saved would be taken, and answered,
+            # again by whoever reloads the state (this instance after a lost lease, or a standby).
+            await self._persist(strict=True)
+        except (nats.errors.Error, OSError):
+            self.last_decision_id, self.completed_decision_id, self.desired, self.external_change = before
+            self.log.warning("decision_deferred", decision_id=d.decision_id, reason="state_not_saved")
+            raise
+        if error:
             await self._ack(d, AckStatus.FAILED, error)
             return
-        self.desired.update(targets)
-        self.external_change = False
-        await self._persist()
         self.current = d
         self.accepted_at = asyncio.get_running_loop().time()
         self.log.info("decision_accepted", decision_id=d.decision_id, targets=targets)
@@ -549,7 +562,8 @@ class DecisionFollower:
             external_change=self.external_change,
         )
 
-    async def _persist(self) -> None:
+    async def _persist(self, strict: bool = False) -> None:
+        """Save the state to KV; a failure is logged (and raised with ``strict``)."""
         if self._kv is None:
             return
         state = FollowerState(
@@ -562,3 +576,5 @@ class DecisionFollower:
             await kv_put(self._kv, self.state_key, state)
         except (nats.errors.Error, OSError) as exc:
             self.log.warning("state_persist_failed", error=str(exc) or type(exc).__name__)
+            if strict:
+                raise
