@@ -41,7 +41,7 @@ def auth_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
         yield server
 
 
-def _run(argv: list[str], timeout_s: float = 60) -> subprocess.Popen[str]:
+def _run(argv: list[str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [PLANNER, *argv],
         stdout=subprocess.PIPE,

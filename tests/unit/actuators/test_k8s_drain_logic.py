@@ -5,20 +5,23 @@ from __future__ import annotations
 
 from planner_actuator_k8s.backend import slots
 from planner_actuator_k8s.pods import (
-    DELETION_COST,
-    DRAIN_MARK,
     INT32_MIN,
     EngineRef,
-    PodView,
     engines_by_pod,
     going_away,
-    parse_pod,
     pick_pods,
     pod_loads,
-    selector_string,
     victim_cost,
 )
 from planner_runtime.actuation import Phase, WorkerRecord
+from planner_runtime.kubepods import (
+    DELETION_COST,
+    DRAIN_MARK,
+    PodView,
+    parse_pod,
+    parse_pods,
+    selector_string,
+)
 
 
 def pod(name: str, **kw: object) -> PodView:
@@ -131,7 +134,10 @@ def test_parse_pod_and_selector() -> None:
         -7,
         True,
     )
+    assert not p.serving  # terminating
     assert parse_pod({"metadata": {"name": "x", "annotations": {DELETION_COST: "lots"}}}).cost == 0
+    assert [q.name for q in parse_pods({"items": [{"metadata": {"name": "a"}}, "junk"]})] == ["a"]
+    assert parse_pods("not a PodList") == []
     assert selector_string({"tier": "w", "app": "x"}) == "app=x,tier=w"
 
 

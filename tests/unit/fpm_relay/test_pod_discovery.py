@@ -8,19 +8,22 @@ from typing import Any
 import pytest
 
 from planner_fpm_relay.discovery import PodSource, parse_pod_sources, targets_from_pods, worker_id_of
+from planner_runtime.kubepods import PodView, parse_pod
 
 
 def pod(
     name: str, *, ip: str = "10.0.0.5", phase: str = "Running", ready: bool = True, **meta: Any
-) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, **meta},
-        "status": {
-            "phase": phase,
-            "podIP": ip,
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
-    }
+) -> PodView:
+    return parse_pod(
+        {
+            "metadata": {"name": name, **meta},
+            "status": {
+                "phase": phase,
+                "podIP": ip,
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
+        }
+    )
 
 
 def test_parse_sources() -> None:

@@ -19,6 +19,7 @@ running slots, so a drain sent again (after a restart, or a transient failure) w
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -28,10 +29,7 @@ from prometheus_client import Counter
 
 from planner_actuator_k8s.kube import ErrorKind, KubeError, Observed, PodApi, Target, with_retries
 from planner_actuator_k8s.pods import (
-    DELETION_COST,
-    DRAIN_MARK,
     EngineRef,
-    PodView,
     engines_by_pod,
     going_away,
     pick_pods,
@@ -41,6 +39,7 @@ from planner_actuator_k8s.pods import (
 from planner_actuator_k8s.settings import K8sActuatorSettings
 from planner_proto import Component
 from planner_runtime.actuation import ActuationError, Phase, Seen, WorkerRecord
+from planner_runtime.kubepods import DELETION_COST, DRAIN_MARK, PodView
 
 KNOWN_COMPONENTS = frozenset(c.value for c in Component)
 
@@ -88,12 +87,6 @@ def slots(
         Seen(name=r.name, component=component, index=r.index, started_at_s=r.started_at_s) for r in draining
     ]
     return out
-
-
-def _bind(
-    fn: Callable[[str, Mapping[str, str]], None], name: str, ann: Mapping[str, str]
-) -> Callable[[], None]:
-    return lambda: fn(name, ann)
 
 
 class Engines(Protocol):
@@ -238,7 +231,7 @@ class KubeBackend:
         for p in victims:
             ann = {DELETION_COST: str(cost), DRAIN_MARK: p.annotations.get(DRAIN_MARK, stamp)}
             try:
-                await self._api(f"annotate pod {p.name}", _bind(api.annotate, p.name, ann))
+                await self._api(f"annotate pod {p.name}", functools.partial(api.annotate, p.name, ann))
             except ActuationError as exc:
                 self.log.warning("pod_annotate_failed", component=comp, pod=p.name, error=exc.message)
         worker_ids = [w for p in victims for w in owned.get(p.name, [])]

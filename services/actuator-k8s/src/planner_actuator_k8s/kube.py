@@ -26,8 +26,8 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from planner_actuator_k8s.dgd import find_services, first_int, service_ready, service_replicas
-from planner_actuator_k8s.pods import PodView, parse_pod, selector_string
 from planner_actuator_k8s.settings import K8sActuatorSettings, ScaleRef, parse_pairs, parse_scale_targets
+from planner_runtime.kubepods import PodView, parse_pods, selector_string
 
 T = TypeVar("T")
 MERGE_PATCH = "application/merge-patch+json"
@@ -123,6 +123,7 @@ class DgdTarget:
         self.api = k8s.CustomObjectsApi(api)
         self.s = s
         self.overrides = parse_pairs(s.dgd_services, "dgd_services")
+        self.pod_selectors = parse_pairs(s.pod_selectors, "pod_selectors")
         self._found: dict[str, str] = {}
 
     def _get(self) -> dict[str, Any]:
@@ -152,7 +153,7 @@ class DgdTarget:
         svc = self._found.get(component)
         if svc is None:
             return ""
-        own = parse_pairs(self.s.pod_selectors, "pod_selectors").get(component)
+        own = self.pod_selectors.get(component)
         return own or self.s.dgd_pod_selector.format(dgd=self.s.dgd_name, service=svc)
 
     def by_ordinal(self, component: str) -> bool:
@@ -195,14 +196,15 @@ class ScaleTarget:
         self.apps = k8s.AppsV1Api(api)
         self.s = s
         self.refs: dict[str, ScaleRef] = parse_scale_targets(s.scale_targets)
+        self.pod_selectors = parse_pairs(s.pod_selectors, "pod_selectors")
         self._selectors: dict[str, str] = {}
+        """The pod selector of each workload, as last read (the Scale's, else its matchLabels)."""
 
     def components(self) -> list[str]:
         return sorted(self.refs)
 
     def selector(self, component: str) -> str:
-        own = parse_pairs(self.s.pod_selectors, "pod_selectors").get(component)
-        return own or self._selectors.get(component, "")
+        return self.pod_selectors.get(component) or self._selectors.get(component, "")
 
     def by_ordinal(self, component: str) -> bool:
         ref = self.refs.get(component)
@@ -289,8 +291,7 @@ class PodApi:
             body = json.loads(resp.data)
         except (ValueError, AttributeError) as exc:
             raise KubeError(ErrorKind.TRANSIENT, 0, f"pod list: {exc}") from None
-        items = body.get("items") if isinstance(body, dict) else None
-        return [parse_pod(p) for p in items or [] if isinstance(p, dict)]
+        return parse_pods(body)
 
     def annotate(self, name: str, annotations: Mapping[str, str]) -> None:
         ns, t = self.s.k8s_namespace, self.s.request_timeout_s

@@ -1,5 +1,6 @@
 """Pure choices about the pods of a scaled workload: which pods a scale-down removes, what they are
-annotated with, which engines run in them, and how many are still going away. No I/O.
+annotated with, which engines run in them, and how many are still going away. No I/O. (A pod's JSON
+is read by :mod:`planner_runtime.kubepods`, which the relay's pod discovery shares.)
 
 **Pod <-> engine mapping.** An engine (an ``EngineInfo`` in ``planner_engines``, or a worker of a
 ComponentSnapshot) belongs to a pod when its ``worker_id`` is the pod's name (what the relay's pod
@@ -18,73 +19,14 @@ loaded, then the newest.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
-"""Honoured by the ReplicaSet controller (Deployments; a DGD rendered as Deployments): among pods
-otherwise equal, the lowest cost is removed first. Values are int32."""
-DRAIN_MARK = "planner/draining"
-"""Our own annotation on a pod picked for removal (the wall time it was picked)."""
+from planner_runtime.kubepods import PodView
+
 COST_STEP = 1000
 INT32_MIN = -(2**31)
 _PHASE_RANK = {"Pending": 0, "Unknown": 1, "Running": 2}
-TERMINAL = frozenset({"Succeeded", "Failed"})
-
-
-@dataclass(frozen=True)
-class PodView:
-    name: str
-    ip: str = ""
-    node: str = ""
-    phase: str = "Pending"
-    ready: bool = False
-    deleting: bool = False
-    """``metadata.deletionTimestamp`` is set: the pod is terminating (its GPUs are still held)."""
-    created: str = ""
-    """``metadata.creationTimestamp`` (RFC 3339, UTC: ordered as text)."""
-    cost: int = 0
-    marked: bool = False
-    annotations: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def live(self) -> bool:
-        """Counts toward the workload: not finished (Succeeded/Failed pods linger until collected)."""
-        return self.phase not in TERMINAL
-
-
-def parse_pod(obj: Mapping[str, Any]) -> PodView:
-    """A Pod's JSON (as the API returns it) -> what the actuator needs of it."""
-    meta: Mapping[str, Any] = obj.get("metadata") or {}
-    spec: Mapping[str, Any] = obj.get("spec") or {}
-    status: Mapping[str, Any] = obj.get("status") or {}
-    ann = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
-    try:
-        cost = int(ann.get(DELETION_COST, "0"))
-    except ValueError:
-        cost = 0
-    ready = any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    return PodView(
-        name=str(meta.get("name") or ""),
-        ip=str(status.get("podIP") or ""),
-        node=str(spec.get("nodeName") or ""),
-        phase=str(status.get("phase") or "Pending"),
-        ready=ready,
-        deleting=bool(meta.get("deletionTimestamp")),
-        created=str(meta.get("creationTimestamp") or ""),
-        cost=cost,
-        marked=DRAIN_MARK in ann,
-        annotations=ann,
-    )
-
-
-def selector_string(match_labels: Mapping[str, Any]) -> str:
-    """``{"app": "x", "tier": "w"}`` -> ``app=x,tier=w`` (a ``labelSelector`` query value)."""
-    return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
 
 
 def going_away(pods: Iterable[PodView], replicas: int) -> int:

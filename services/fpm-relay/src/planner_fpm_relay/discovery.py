@@ -8,7 +8,8 @@ nvidia.com/dynamo-component=pf``. KIND is a scrape kind (vllm, sglang, trtllm, l
 ``tcp://<pod IP>:<fpm port>``). The port and path come from the settings, or from the pod's
 ``prometheus.io/port`` and ``prometheus.io/path`` annotations when it has them.
 
-Only pods that serve are targets: phase Running, condition Ready, no ``deletionTimestamp``, an IP. A
+Only pods that serve are targets (``PodView.serving``, :mod:`planner_runtime.kubepods` reads the pods
+for actuator-k8s too): phase Running, condition Ready, no ``deletionTimestamp``, an IP. A
 pod that is deleted, stops being ready or leaves the selector stops being scraped at the next list.
 The worker id is the pod name (what actuator-k8s ties the pod's load to); a name that is not a subject
 token (a dot in it) has its other characters replaced by ``-``.
@@ -26,14 +27,14 @@ import re
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 from planner_fpm_relay.targets import SCRAPE_KINDS, EngineTarget
 from planner_proto import Component
+from planner_runtime.kubepods import PodView, parse_pods
 
 FPM_KIND = "fpm"
 PORT_ANNOTATION = "prometheus.io/port"
@@ -65,46 +66,29 @@ def parse_pod_sources(items: Iterable[str]) -> list[PodSource]:
     return out
 
 
-def serving(pod: Mapping[str, Any]) -> bool:
-    """Running, Ready, not being deleted, with an IP."""
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    if meta.get("deletionTimestamp") or status.get("phase") != "Running" or not status.get("podIP"):
-        return False
-    return any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-
-
 def worker_id_of(pod_name: str) -> str:
     return _NOT_TOKEN.sub("-", pod_name)[:253]
 
 
 def targets_from_pods(
-    pods: Iterable[Mapping[str, Any]], source: PodSource, metrics_port: int, metrics_path: str, fpm_port: int
+    pods: Iterable[PodView], source: PodSource, metrics_port: int, metrics_path: str, fpm_port: int
 ) -> dict[str, EngineTarget]:
     """The engine targets of one source's pods, by target key (``component.worker_id``)."""
     out: dict[str, EngineTarget] = {}
     for pod in pods:
-        if not serving(pod):
+        if not pod.serving or not pod.name:
             continue
-        meta: Mapping[str, Any] = pod.get("metadata") or {}
-        name = str(meta.get("name") or "")
-        if not name:
-            continue
-        ip = str((pod.get("status") or {}).get("podIP"))
-        host = f"[{ip}]" if ":" in ip else ip
-        ann: Mapping[str, Any] = meta.get("annotations") or {}
-        wid = worker_id_of(name)
+        host = f"[{pod.ip}]" if ":" in pod.ip else pod.ip
+        ann = pod.annotations
+        wid = worker_id_of(pod.name)
         if source.kind == FPM_KIND:
             target = EngineTarget(
                 component=source.component, worker_id=wid, zmq_endpoint=f"tcp://{host}:{fpm_port}"
             )
         else:
-            port_text = str(ann.get(PORT_ANNOTATION, ""))
+            port_text = ann.get(PORT_ANNOTATION, "")
             port = int(port_text) if port_text.isdigit() and 0 < int(port_text) < 65536 else metrics_port
-            path = str(ann.get(PATH_ANNOTATION) or metrics_path)
+            path = ann.get(PATH_ANNOTATION) or metrics_path
             path = path if path.startswith("/") else f"/{path}"
             target = EngineTarget(
                 component=source.component,
@@ -154,7 +138,7 @@ class PodLister:
                 self.ctx.check_hostname = False
                 self.ctx.verify_mode = ssl.CERT_NONE
 
-    def list(self, selector: str) -> list[dict[str, Any]]:
+    def list(self, selector: str) -> list[PodView]:
         url = f"{self.base}/api/v1/namespaces/{quote(self.namespace)}/pods?labelSelector={quote(selector, safe='')}"
         req = urllib.request.Request(url, headers={"Accept": "application/json"})
         if self.token_file:
@@ -167,5 +151,4 @@ class PodLister:
             raise PodListError(f"{exc.code} listing pods ({selector}): {exc.read()[:200]!r}") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise PodListError(f"listing pods ({selector}): {exc}") from None
-        items = body.get("items") if isinstance(body, dict) else None
-        return [p for p in items or [] if isinstance(p, dict)]
+        return parse_pods(body)
