@@ -13,9 +13,10 @@ from planner_predictor.prometheus import (
     PrometheusTraffic,
     PromQueryError,
     Reading,
-    count_query,
-    mean_query,
+    dynamo_series,
+    increase_query,
     parse_scalar,
+    ratio_query,
     sample_of,
     series_map,
 )
@@ -28,10 +29,10 @@ def vector(v: str | None) -> dict[str, object]:
 
 def test_queries() -> None:
     labels = {"model": "llama", "dynamo_namespace": "prod"}
-    assert count_query("dynamo_frontend", "requests_total", labels, 60) == (
+    assert increase_query(dynamo_series("dynamo_frontend").counts[0], labels, 60) == (
         'sum(increase(dynamo_frontend_requests_total{dynamo_namespace="prod",model="llama"}[60000ms]))'
     )
-    assert mean_query("p", "input_sequence_tokens", {}, 1.5) == (
+    assert ratio_query(dynamo_series("p").means["isl"][0], {}, 1.5) == (
         "sum(increase(p_input_sequence_tokens_sum[1500ms])) / sum(increase(p_input_sequence_tokens_count[1500ms]))"
     )
 

@@ -15,8 +15,9 @@ and the Dynamo frontend's names take the configurable prefix (``metric_prefix``,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import httpx
 
@@ -31,6 +32,7 @@ HISTOGRAMS = {
     "duration": "request_duration_seconds",
 }
 MEAN_KEYS = tuple(HISTOGRAMS)
+_T = TypeVar("_T")
 
 Ratio = tuple[str, str]
 """``(numerator, denominator)``: full names of two counters whose increases divide to a mean."""
@@ -52,10 +54,10 @@ class SeriesMap:
     """The label that names the model (``prometheus_model`` filters on it)."""
 
 
-def dynamo_series(prefix: str) -> SeriesMap:
+def dynamo_series(prefix: str, count_metrics: Sequence[str] = COUNT_METRICS) -> SeriesMap:
     """The Dynamo frontend's names (also what our loadgen exports), under ``prefix``."""
     return SeriesMap(
-        counts=tuple(f"{prefix}_{n}" for n in COUNT_METRICS),
+        counts=tuple(f"{prefix}_{n}" for n in count_metrics),
         means={k: (_hist(f"{prefix}_{h}"),) for k, h in HISTOGRAMS.items()},
     )
 
@@ -138,16 +140,6 @@ def ratio_query(ratio: Ratio, labels: Mapping[str, str], window_s: float) -> str
     return f"{increase_query(ratio[0], labels, window_s)} / {increase_query(ratio[1], labels, window_s)}"
 
 
-def count_query(prefix: str, name: str, labels: Mapping[str, str], window_s: float) -> str:
-    """A Dynamo-frontend counter under ``prefix``."""
-    return increase_query(f"{prefix}_{name}", labels, window_s)
-
-
-def mean_query(prefix: str, hist: str, labels: Mapping[str, str], window_s: float) -> str:
-    """A Dynamo-frontend histogram's mean under ``prefix``."""
-    return ratio_query(_hist(f"{prefix}_{hist}"), labels, window_s)
-
-
 def parse_scalar(body: object) -> float | None:
     """The single value of an instant-vector answer; None for an empty result. NaN stays NaN."""
     if not isinstance(body, dict) or body.get("status") != "success":
@@ -197,11 +189,7 @@ class PrometheusTraffic:
         self.client = client
         self.url = base_url.rstrip("/") + "/api/v1/query"
         if isinstance(series, str):
-            names = COUNT_METRICS if count_metrics is None else count_metrics
-            series = SeriesMap(
-                counts=tuple(f"{series}_{n}" for n in names), means=dynamo_series(series).means
-            )
-        self.series = series
+            series = dynamo_series(series, COUNT_METRICS if count_metrics is None else count_metrics)
         self.labels = dict(labels)
         self.timeout_s = timeout_s
         self.count_metrics = list(series.counts)
@@ -222,37 +210,48 @@ class PrometheusTraffic:
             raise PromQueryError("http", f"HTTP {resp.status_code}, not JSON") from None
         return parse_scalar(body)
 
+    async def _first(
+        self,
+        tried: list[_T],
+        promql: Callable[[_T], str],
+        now_s: float,
+        errors: list[str],
+        tag: str,
+        finite: bool = False,
+    ) -> float | None:
+        """The answer of the first candidate with data (``finite``: a non-finite answer is no data),
+        moved to the front of ``tried`` (asked first next time); a failed query is listed in
+        ``errors`` as ``{tag}:{kind}``."""
+        for cand in list(tried):
+            try:
+                v = await self.query(promql(cand), now_s)
+            except PromQueryError as exc:
+                errors.append(f"{tag}:{exc.kind}")
+                continue
+            if v is not None and (not finite or math.isfinite(v)):
+                tried.remove(cand)
+                tried.insert(0, cand)
+                return v
+        return None
+
     async def count(self, now_s: float, window_s: float, errors: list[str]) -> float | None:
         """First count metric with data wins (and is tried first next time)."""
-        for name in list(self.count_metrics):
-            try:
-                v = await self.query(increase_query(name, self.labels, window_s), now_s)
-            except PromQueryError as exc:
-                errors.append(f"count:{exc.kind}")
-                continue
-            if v is not None and math.isfinite(v):
-                if name != self.count_metrics[0]:
-                    self.count_metrics.remove(name)
-                    self.count_metrics.insert(0, name)
-                return max(v, 0.0)
-        return None
+        v = await self._first(
+            self.count_metrics,
+            lambda name: increase_query(name, self.labels, window_s),
+            now_s,
+            errors,
+            "count",
+            finite=True,
+        )
+        return None if v is None else max(v, 0.0)
 
     async def mean(self, key: str, now_s: float, window_s: float, errors: list[str]) -> float | None:
         """First ratio of ``key`` with data wins (and is tried first next time). A ratio answering
         NaN (0/0: the series exist, no request in the interval) is the answer, not a miss."""
         ratios = self.mean_ratios.get(key, [])
-        for ratio in list(ratios):
-            try:
-                v = await self.query(ratio_query(ratio, self.labels, window_s), now_s)
-            except PromQueryError as exc:
-                errors.append(f"{key}:{exc.kind}")
-                continue
-            if v is not None:
-                if ratio != ratios[0]:
-                    ratios.remove(ratio)
-                    ratios.insert(0, ratio)
-                return finite_or_none(v)
-        return None
+        v = await self._first(ratios, lambda r: ratio_query(r, self.labels, window_s), now_s, errors, key)
+        return finite_or_none(v)
 
     async def read(self, now_s: float, window_s: float) -> Reading:
         errors: list[str] = []

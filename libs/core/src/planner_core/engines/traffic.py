@@ -28,19 +28,6 @@ import msgspec
 
 from planner_proto import TrafficSample
 
-TOTALS = (
-    "requests",
-    "prompt_tokens",
-    "generation_tokens",
-    "isl_sum",
-    "isl_count",
-    "osl_sum",
-    "osl_count",
-    "ttft_sum_s",
-    "ttft_count",
-    "itl_sum_s",
-    "itl_count",
-)
 TERMINAL = ("decode", "agg")
 """Components where a request ends (counted there); prefill counts only when none of these reports."""
 
@@ -63,28 +50,32 @@ class EngineCounters(msgspec.Struct, frozen=True, kw_only=True):
     itl_count: float | None = None
 
 
-def _values(c: EngineCounters) -> dict[str, float | None]:
-    return {name: getattr(c, name) for name in TOTALS}
+TOTALS = tuple(f for f in EngineCounters.__struct_fields__ if f not in ("component", "observed_at_s"))
+"""The cumulative totals of a reading (every EngineCounters field but who and when)."""
+
+
+def _pairs(prev: EngineCounters, cur: EngineCounters) -> list[tuple[str, float | None, float | None]]:
+    return [(k, getattr(prev, k), getattr(cur, k)) for k in TOTALS]
 
 
 def is_reset(prev: EngineCounters, cur: EngineCounters) -> bool:
     """Any total present in both readings went down: the engine restarted in between."""
-    a, b = _values(prev), _values(cur)
-    return any(a[k] is not None and b[k] is not None and b[k] < a[k] for k in TOTALS)  # type: ignore[operator]
+    return any(x is not None and y is not None and y < x for _, x, y in _pairs(prev, cur))
 
 
-def increase(prev: EngineCounters, cur: EngineCounters) -> dict[str, float | None]:
+def increase(prev: EngineCounters, cur: EngineCounters, reset: bool | None = None) -> dict[str, float | None]:
     """Each total's increase from ``prev`` to ``cur`` (None where either lacks it); after a restart,
-    the totals of ``cur`` themselves (counted from 0)."""
-    a, b = _values(prev), _values(cur)
-    reset = is_reset(prev, cur)
+    the totals of ``cur`` themselves (counted from 0). ``reset``: :func:`is_reset`, when known."""
+    if reset is None:
+        reset = is_reset(prev, cur)
     out: dict[str, float | None] = {}
-    for k in TOTALS:
-        x, y = a[k], b[k]
-        if y is None or (x is None and not reset):
+    for k, x, y in _pairs(prev, cur):
+        if y is None:
             out[k] = None
+        elif reset:
+            out[k] = y
         else:
-            out[k] = y if reset or x is None else y - x
+            out[k] = None if x is None else y - x
     return out
 
 
@@ -159,10 +150,11 @@ class FleetTraffic:
         self._last[key] = cur
         if prev is None:
             return True
-        self._resets += is_reset(prev, cur)
+        reset = is_reset(prev, cur)
+        self._resets += reset
         if prev.component != cur.component:
             return True  # the worker id moved to another component: a new baseline
-        self._sums.setdefault(cur.component, _Sums()).add(key, increase(prev, cur))
+        self._sums.setdefault(cur.component, _Sums()).add(key, increase(prev, cur, reset))
         return True
 
     @property

@@ -246,26 +246,27 @@ def learned_decode_rate(
     if caps.max_kv_tokens > 0:
         most = min(most, int(caps.max_kv_tokens // context))
 
-    def itl_ms(batch: int) -> float | None:
+    def itl_within(batch: int) -> float | None:
+        """The predicted ITL of ``batch`` running requests when it meets the target, else None."""
         # the estimator adds one request of the mean context to the running ones it is given
         one = msgspec.structs.replace(
             snap, avg_num_decode_requests=float(batch - 1), avg_decode_length_tokens=context
         )
-        return estimator.itl_ms(one, (batch - 1) * context)
+        est = estimator.itl_ms(one, (batch - 1) * context)
+        return est if est is not None and math.isfinite(est) and 0 < est <= itl_target_ms else None
 
-    def meets(batch: int) -> bool:
-        est = itl_ms(batch)
-        return est is not None and math.isfinite(est) and 0 < est <= itl_target_ms
-
-    if most < 1 or not meets(1):
+    best = itl_within(1) if most >= 1 else None
+    if best is None:
         return 0.0
-    lo, hi = 1, most  # meets(lo); the predicted ITL grows with the batch (a physical fit)
+    lo, hi = 1, most  # best = ITL(lo); the predicted ITL grows with the batch (a physical fit)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if meets(mid) else (lo, mid - 1)
-    est = itl_ms(lo)
-    assert est is not None
-    return lo / (est / 1000.0)
+        est = itl_within(mid)
+        if est is None:
+            hi = mid - 1
+        else:
+            lo, best = mid, est
+    return lo / (best / 1000.0)
 
 
 def _prefill_service_ms(inputs: DecisionInputs, isl: float) -> float:

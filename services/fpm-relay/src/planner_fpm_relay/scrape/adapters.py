@@ -13,6 +13,8 @@ from collections.abc import Mapping
 import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
+from planner_core.engines.inflight import IN_FLIGHT
+
 
 class ScrapeError(ValueError):
     """Exposition text the adapter cannot use; ``reason`` is a stable metric label."""
@@ -70,6 +72,12 @@ def _trt(suffix: str) -> tuple[str, ...]:
     return tuple(f"{p}{suffix}" for p in ("trtllm_", "trtllm:", "tensorrt_llm:"))
 
 
+def _queue(kind: str) -> dict[str, tuple[str, ...]]:
+    """The running and waiting gauges: the ones a drain reads too (``planner_core.engines.inflight``)."""
+    running, waiting = IN_FLIGHT[kind]
+    return {"running": running, "waiting": waiting}
+
+
 def _hist(names: tuple[str, ...], part: str) -> tuple[str, ...]:
     return tuple(f"{n}_{part}" for n in names)
 
@@ -84,8 +92,7 @@ _TRT_ITL = _trt("time_per_output_token_seconds") + _trt("inter_token_latency_sec
 
 ADAPTERS: dict[str, Adapter] = {
     "vllm": Adapter(
-        running=("vllm:num_requests_running",),
-        waiting=("vllm:num_requests_waiting",),
+        **_queue("vllm"),
         kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
         prompt_tokens=("vllm:prompt_tokens_total",),
         generation_tokens=("vllm:generation_tokens_total",),
@@ -108,8 +115,7 @@ ADAPTERS: dict[str, Adapter] = {
         osl_count=("vllm:request_generation_tokens_count",),
     ),
     "sglang": Adapter(
-        running=("sglang:num_running_reqs",),
-        waiting=("sglang:num_queue_reqs",),
+        **_queue("sglang"),
         kv_usage=("sglang:token_usage",),
         prompt_tokens=("sglang:prompt_tokens_total",),
         generation_tokens=("sglang:generation_tokens_total",),
@@ -128,8 +134,7 @@ ADAPTERS: dict[str, Adapter] = {
         osl_count=("sglang:generation_tokens_histogram_count",),
     ),
     "trtllm": Adapter(
-        running=_trt("num_requests_running"),
-        waiting=_trt("num_requests_waiting"),
+        **_queue("trtllm"),
         kv_usage=_trt("kv_cache_usage_perc") + _trt("kv_cache_utilization"),
         prompt_tokens=_trt("prompt_tokens_total"),
         generation_tokens=_trt("generation_tokens_total"),
@@ -145,8 +150,7 @@ ADAPTERS: dict[str, Adapter] = {
     # own generation time); there is no request counter, so no TTFT mean, but prompt seconds over
     # prompt tokens gives the prefill cost per token. Current releases no longer export KV usage.
     "llamacpp": Adapter(
-        running=("llamacpp:requests_processing",),
-        waiting=("llamacpp:requests_deferred",),
+        **_queue("llamacpp"),
         kv_usage=("llamacpp:kv_cache_usage_ratio",),
         prompt_tokens=("llamacpp:prompt_tokens_total",),
         generation_tokens=("llamacpp:tokens_predicted_total",),
