@@ -25,9 +25,20 @@ test *args: setup lint typecheck
     just llama-server >/dev/null
     just vllm >/dev/null
     just prometheus
+    just kubectl
     just podman >/dev/null
     uv run pytest -q "$@"
     if [ "$#" -eq 0 ]; then just compose-smoke; fi
+
+# (kubectl renders deploy/k8s as a user applies it; apt-installed when a repository has it)
+# make sure kubectl is on PATH, for the manifest tests
+kubectl:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if ! bash scripts/ensure-kubectl.sh; then
+      if [[ "${CI:-}" =~ ^(1|true|yes)$ ]]; then exit 1; fi
+      echo "warning: no kubectl; the manifest tests will skip" >&2
+    fi
 
 # (Debian's prometheus, apt-installed when missing and root)
 # make sure a prometheus binary is on PATH, for the predictor's PromQL tests
@@ -141,6 +152,11 @@ bench-relay *args: setup
 bench-estimate *args: setup
     uv run python benchmarks/bench_estimate.py "$@"
     uv run python benchmarks/bench_estimate_silicon.py "$@"
+
+# a real vLLM (CPU): the scraped speed model's estimated vs measured TTFT and ITL at three load levels
+bench-vllm-speed *args: setup
+    just vllm >/dev/null
+    uv run python benchmarks/bench_vllm_speed.py "$@"
 
 # 1000 synthetic engines through 3 relays into regression and the decider
 bench-scale *args: setup

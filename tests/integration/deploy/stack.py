@@ -30,6 +30,7 @@ from threading import Thread
 from typing import Any
 from unittest import mock
 
+import pytest
 import yaml
 
 from planner_runtime.natsd import NatsServer, free_port
@@ -43,7 +44,12 @@ def render(folder: str) -> list[dict[str, Any]]:
     """``kubectl kustomize <folder>``."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        raise FileNotFoundError("kubectl not found (apt-get install kubectl): cannot render the manifests")
+        why = (
+            "kubectl not found (scripts/ensure-kubectl.sh; `just test` runs it): cannot render the manifests"
+        )
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(why)
+        pytest.skip(why)
     out = subprocess.run(
         [kubectl, "kustomize", str(REPO / folder)], capture_output=True, check=True, timeout=60
     )

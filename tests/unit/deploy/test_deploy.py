@@ -58,7 +58,7 @@ def _kustomize(folder: str = "deploy/k8s") -> list[dict[str, Any]]:
     if kubectl is None:
         # the namespace transformer (unsetOnly) and the overlay's patches need the real kustomize
         if os.environ.get("CI"):
-            pytest.fail("kubectl is missing in CI (apt-get install kubectl / kubernetes-client)")
+            pytest.fail("kubectl is missing in CI (scripts/ensure-kubectl.sh; `just test` runs it)")
         pytest.skip("kubectl not installed: cannot render the kustomization")
     out = subprocess.run(
         [kubectl, "kustomize", str(REPO / folder)], capture_output=True, check=True, timeout=60
