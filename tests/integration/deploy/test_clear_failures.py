@@ -112,3 +112,15 @@ def test_a_subject_the_user_may_not_use_is_logged_as_such(auth_nats: NatsServer)
     assert code == 0, out  # a clean stop on SIGTERM, even while setup was waiting on JetStream
     denied = [line for line in out.splitlines() if "nats_permission_denied" in line]
     assert denied and "permissions violation" in denied[0].lower(), out
+
+
+def test_a_setup_that_cannot_finish_is_one_error_line_and_exit_1() -> None:
+    """A NATS server without JetStream: the regression service cannot make its KV buckets. It retries
+    (logged), then says so in one ``setup_failed`` line and exits 1, never a traceback."""
+    with NatsServer(jetstream=False) as server:
+        proc = _run(["serve", "regression", "--nats-url", server.url, "--http-port", str(free_port())])
+        code, out = _finish(proc, timeout_s=120)
+    assert code == 1, out
+    assert "Traceback" not in out, out
+    failed = [line for line in out.splitlines() if "setup_failed" in line]
+    assert len(failed) == 1 and "ServiceUnavailable" in failed[0], out
