@@ -75,6 +75,8 @@ class LlamaDemoConfig:
     """Longest wait for the first worker (vLLM starts in about a minute on 2 cores)."""
     startup_s: float = 5.0
     """How long a new worker takes to serve, as the decider is told."""
+    clients: str = ""
+    """The loadgen's client phases (``COUNT:SECONDS,...``) instead of low then high."""
 
 
 def vllm_config(out_dir: Path = Path("out/demo-vllm"), live: bool = True) -> LlamaDemoConfig:
@@ -160,8 +162,17 @@ def _slots(cfg: LlamaDemoConfig) -> list[int]:
     return list(range(cfg.max_workers))
 
 
+def _client_phases(cfg: LlamaDemoConfig) -> str:
+    return cfg.clients or f"{cfg.low_clients}:{cfg.warm_s:g},{cfg.high_clients}:{cfg.load_s:g}"
+
+
+def _traffic_s(cfg: LlamaDemoConfig) -> float:
+    """How long the loadgen's client phases last."""
+    return sum(float(phase.split(":")[1]) for phase in _client_phases(cfg).split(","))
+
+
 def _loadgen_argv(cfg: LlamaDemoConfig, nats_url: str, port: int) -> list[str]:
-    clients = f"{cfg.low_clients}:{cfg.warm_s:g},{cfg.high_clients}:{cfg.load_s:g}"
+    clients = _client_phases(cfg)
     return [
         sys.executable, "-m", "planner_loadgen", "--nats-url", nats_url, "--namespace", cfg.namespace,
         "--http-port", str(port), "--target", "openai", "--clients", clients,
@@ -273,11 +284,11 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
 
         phases = {cfg.low_clients: "low traffic", cfg.high_clients: "high traffic", 0: "traffic stops"}
         loadgen_port = free_port()
-        started = time.monotonic()
+        started, loadgen_at = time.monotonic(), rec.rel()
         loadgen = _start_loadgen(cfg, nats.url, loadgen_port)
         peak = 1
         # the loadgen waits up to 60 s for a routable worker, then its phases run, then its last requests
-        limit_s = 60.0 + cfg.warm_s + cfg.load_s + cfg.ready_timeout_s
+        limit_s = 60.0 + _traffic_s(cfg) + cfg.ready_timeout_s
         while loadgen.poll() is None:
             if time.monotonic() - started > limit_s:
                 raise RuntimeError(f"the loadgen did not finish in {limit_s:.0f} s; see {out / 'logs'}")
@@ -340,6 +351,30 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
             "traffic_sources": sorted({t.source for _, t in rec.traffic}),
             "traffic_requests": round(sum(t.num_requests for _, t in rec.traffic if t.num_requests)),
             "timeline": timeline,
+            "loadgen_started_s": round(loadgen_at, 2),
+            "estimates": [
+                {
+                    "t": round(t, 2),
+                    "worker": w.worker_id,
+                    "running": w.running_requests,
+                    "waiting": w.waiting_requests,
+                    "est_ttft_ms": w.est_ttft_ms,
+                    "est_itl_ms": w.est_itl_ms,
+                }
+                for t, s in snaps
+                for w in s.workers
+            ],
+            "engine_readings": [
+                {
+                    "t": round(t, 2),
+                    "worker": m.worker_id,
+                    "ttft_sum": m.ttft_seconds_sum,
+                    "ttft_count": m.ttft_seconds_count,
+                    "itl_sum": m.itl_seconds_sum,
+                    "itl_count": m.itl_seconds_count,
+                }
+                for t, m in rec.loads
+            ],
         }
         (out / "summary.json").write_text(json.dumps(figures, indent=2, default=str))
         return figures

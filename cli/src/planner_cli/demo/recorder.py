@@ -13,6 +13,7 @@ from planner_proto import (
     ScalingDecision,
     Subjects,
     TrafficSample,
+    WorkerLoadSample,
 )
 from planner_runtime.bus import Bus
 
@@ -27,6 +28,8 @@ class Recorder:
     decisions: list[tuple[float, ScalingDecision]] = field(default_factory=list)
     acks: list[tuple[float, ScalingAck]] = field(default_factory=list)
     replicas: list[tuple[float, ReplicaStatus]] = field(default_factory=list)
+    loads: list[tuple[float, WorkerLoadSample]] = field(default_factory=list)
+    """Scraped readings of stock engines (their own latency histograms' sums and counts)."""
 
     def rel(self) -> float:
         return time.time() - self.t0
@@ -61,6 +64,13 @@ class Recorder:
         await bus.subscribe(s.decision(), ScalingDecision, on_decision)
         await bus.subscribe(s.ack(), ScalingAck, on_ack)
         await bus.subscribe(s.replicas(), ReplicaStatus, on_replicas)
+
+        async def on_load(m: WorkerLoadSample, _: str) -> None:
+            self.loads.append((self.rel(), m))
+            if len(self.loads) > 20000:
+                del self.loads[: len(self.loads) - 20000]
+
+        await bus.subscribe(s.load(), WorkerLoadSample, on_load)
 
     # ---- derived views --------------------------------------------------------------------------
     def latest_replicas(self) -> ReplicaStatus | None:

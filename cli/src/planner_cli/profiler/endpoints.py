@@ -10,8 +10,9 @@ Each endpoint turns one (ISL, OSL) request into a :class:`StreamTrace`:
   engine's time compression (given, or estimated on the warm-up from chunk clocks against wall clock).
 - OpenAI-compatible: a streamed ``/completions`` request with ``max_tokens`` (and ``ignore_eos`` /
   ``min_tokens`` so the full OSL is produced, where the server takes them), prompt as token ids (exact
-  ISL) or as words (approximate). TTFT = first streamed choice; ITL from the gaps between chunks,
-  each chunk counted as one token unless the final ``usage`` says otherwise.
+  ISL) or as words (approximate; exact on vLLM, which cuts them to the ISL). TTFT = first streamed
+  choice; ITL from the gaps between chunks, each chunk counted as one token unless the final
+  ``usage`` says otherwise.
 """
 
 from __future__ import annotations
@@ -245,10 +246,15 @@ class OpenAIEndpoint:
         import httpx
 
         self.base_url = openai_base(base_url)
+        self.server_url = self.base_url.removesuffix("/v1")
+        """The server's root (``/health``, ``/metrics``) under the OpenAI base."""
         self.model = model
         self.name = f"openai {self.base_url}"
         self.ignore_eos = ignore_eos
         self.prompt_format = prompt_format
+        self.truncate_text = False
+        """Text prompts cut to exactly the ISL by the server (vLLM's ``truncate_prompt_tokens``):
+        words are at least a token each, so the cut makes the approximate format exact."""
         self._limits = limits
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
@@ -321,6 +327,8 @@ class OpenAIEndpoint:
         if self.ignore_eos:
             body["ignore_eos"] = True
             body["min_tokens"] = osl
+        if self.truncate_text and self.prompt_format == "text":
+            body["truncate_prompt_tokens"] = isl
         return body
 
     async def warm_up(self) -> None:

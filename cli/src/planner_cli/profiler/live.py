@@ -22,6 +22,7 @@ from planner_core.profiling import (
     planner_settings,
     sweep_requests,
 )
+from planner_runtime.register.probe import probe
 
 
 class LiveError(RuntimeError):
@@ -94,15 +95,28 @@ def _check(cfg: LiveConfig) -> None:
 async def _limits(endpoint: Endpoint, cfg: LiveConfig, tp: int) -> EngineLimits:
     found = await endpoint.limits()
     ctx = found.context_length_tokens if found else cfg.context_length_tokens
+    seqs = found.max_num_seqs if found else cfg.max_num_seqs
+    engine_kv = found.max_kv_tokens if found else 0
     if isinstance(endpoint, OpenAIEndpoint) and found is None:
         ctx = await endpoint.model_context_length() or cfg.context_length_tokens
-    kv = cfg.max_kv_tokens or (found.max_kv_tokens if found else 0)
+        # what the engine shows of itself, as `planner register` reads it (vLLM: cache_config_info)
+        shown = await asyncio.to_thread(probe, endpoint.server_url, "auto")
+        if shown is not None and shown.sources != ("settings",):
+            engine_kv = shown.capabilities.max_kv_tokens
+            if "props" in shown.sources:  # llama.cpp: slots are the batch limit
+                seqs = shown.capabilities.max_num_seqs
+            endpoint.truncate_text = shown.kind == "vllm"
+            print(
+                f"planner profile: {endpoint.name}: {shown.kind}, KV capacity {engine_kv} tokens "
+                f"(from {', '.join(shown.sources)})",
+                file=sys.stderr,
+            )
+    kv = cfg.max_kv_tokens or engine_kv
     if kv <= 0:
         raise LiveError(
-            f"{endpoint.name}: KV capacity unknown; give --max-kv-tokens (vLLM logs it at start-up as "
-            "'GPU KV cache size: N tokens')"
+            f"{endpoint.name}: KV capacity unknown (the engine's /metrics do not show it); give "
+            "--max-kv-tokens (vLLM logs it at start-up as 'GPU KV cache size: N tokens')"
         )
-    seqs = found.max_num_seqs if found else cfg.max_num_seqs
     return EngineLimits(max_kv_tokens=kv, context_length_tokens=ctx, max_num_seqs=seqs, gpus=tp)
 
 
