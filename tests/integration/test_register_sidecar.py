@@ -6,13 +6,10 @@ while the engine does not answer and put back when it does, deleted after a drai
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import msgspec
@@ -24,41 +21,11 @@ from planner_runtime.bus import Bus, kv_get, kv_put
 from planner_runtime.natsd import NatsServer, free_port
 from planner_runtime.settings import BaseSettings
 
+from .standin_vllm import StandinVllm
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
-IDLE = (Path(__file__).parents[1] / "unit" / "fpm_relay" / "recorded" / "vllm-idle.txt").read_text()
 NS = "sc"
-
-
-class Engine:
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.server: ThreadingHTTPServer | None = None
-
-    def start(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                routes = {
-                    "/health": b"",
-                    "/metrics": IDLE.encode(),
-                    "/v1/models": json.dumps({"data": [{"id": "tiny", "max_model_len": 2048}]}).encode(),
-                }
-                body = routes.get(self.path)
-                self.send_response(200 if body is not None else 404)
-                self.end_headers()
-                self.wfile.write(body or b"")
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
 
 
 def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -80,7 +47,7 @@ async def _wait(kv: object, key: str, pred: object, timeout_s: float) -> EngineI
 async def test_sidecar_registers_keeps_a_drain_mark_follows_the_engine_and_drains(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    engine = Engine(free_port())
+    engine = StandinVllm(free_port())
     engine.start()
     log = tmp_path / "register.log"
     argv = [

@@ -20,6 +20,7 @@ import importlib.util
 import secrets
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 import pytest
 
 from planner_proto import ScalingAck, ScalingDecision, Subjects, decode
+from planner_proto.subjects import ENGINES_TTL_S
 from planner_runtime.bus import Bus
 from planner_runtime.natsd import NatsServer, free_port
 from planner_runtime.settings import BaseSettings
@@ -56,6 +58,7 @@ def _load(path: Path) -> ModuleType:
 
 
 k8s_fake = _load(FAKES / "k8s_fake.py")
+standin_vllm = _load(HERE.parent / "standin_vllm.py")
 k8s_rbac = _load(FAKES / "k8s_rbac.py")
 st = _load(HERE / "stack.py")
 
@@ -292,6 +295,40 @@ def test_engine_and_loadgen_users_do_their_jobs(stack: Stack) -> None:
         60,
         "the loadgen to find the engine and get answers",
     )
+    assert not stack.violations(), "\n".join(stack.violations())
+
+
+def test_register_sidecar_does_its_job_as_the_engine_user(stack: Stack) -> None:
+    """``planner register`` beside a (stand-in) vLLM, as the ``engine`` user over TLS: it registers
+    the engine in planner_engines, refreshes the entry, and on SIGTERM marks it draining and deletes
+    it, all without a permission violation."""
+    engine = standin_vllm.StandinVllm(free_port())
+    engine.start()
+    cfg = stack.settings("engine")
+    env = {
+        "PLANNER_NAMESPACE": "prod",
+        "PLANNER_NATS_URL": cfg.nats_url,
+        "PLANNER_NATS_USER": "engine",
+        "PLANNER_NATS_PASSWORD": cfg.nats_password,
+        "PLANNER_NATS_TLS_CA_FILE": cfg.nats_tls_ca_file,
+        "PLANNER_LOG_JSON": "false",
+    }
+    argv = [st.PLANNER, "register", "--engine-url", f"http://127.0.0.1:{engine.port}", "--worker-id",
+            "decode-pod-0", "--component", "decode", "--drain-grace-s", "0"]  # fmt: skip
+    (stack.root / "register").mkdir(exist_ok=True)
+    pod = st.Pod("register", argv, env, 0, stack.root / "register" / "output.log").start()
+    try:
+        st.wait_for(lambda: "registered vllm" in pod.output(), 30, "the sidecar to register the engine")
+        time.sleep(ENGINES_TTL_S / 3 + 1)  # at least one refresh of the entry
+        assert pod.stop() == 0, pod.output()[-2000:]
+        out = pod.output()
+        assert "drained in" in out, out[-2000:]
+        for bad in ("could not write", "could not delete", "Traceback"):
+            assert bad not in out, out[-2000:]
+    finally:
+        engine.stop()
+        if pod.proc is not None and pod.proc.poll() is None:
+            pod.stop()
     assert not stack.violations(), "\n".join(stack.violations())
 
 
