@@ -124,6 +124,11 @@ def _run_llamacpp(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         console.print(f"[red]demo failed:[/] {exc}")
         return 1
-    print(json.dumps(figures, indent=None if args.json else 2, default=str))
+    if args.json:
+        print(json.dumps(figures, default=str))
+    else:
+        from planner_cli.demo.llamacpp import print_engine_summary
+
+        print_engine_summary(figures, cfg, console)
     ok = figures["failed"] == 0 and not figures["unacked_decisions"]
     return 0 if ok else 1

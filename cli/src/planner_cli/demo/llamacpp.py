@@ -30,9 +30,12 @@ from typing import Any
 
 import msgspec
 from rich.console import Console
+from rich.live import Live
 
-from planner_cli.demo import processes
+from planner_cli.demo import processes, report
 from planner_cli.demo.recorder import Recorder
+from planner_cli.demo.run import read_results
+from planner_cli.demo.view import render
 from planner_loadgen.stats import RequestResult, summarize
 from planner_proto import Subjects
 from planner_runtime.bus import Bus
@@ -242,6 +245,7 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
     bus: Bus | None = None
     loadgen: subprocess.Popen[bytes] | None = None
     timeline: list[dict[str, Any]] = []
+    view: Live | None = None
     try:
         ports = {name: free_port() for name in services}
         circus = processes.start_circus(out, {}, {})
@@ -276,11 +280,27 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
         console.print(f"[bold]{cfg.engine}[/] worker ready; starting the loadgen (HTTP, closed-loop clients)")
         counts = {"clients": 0, "ok": 0, "failed": 0}
 
+        total_s = _traffic_s(cfg) + cfg.cooldown_s
+        view = Live(console=console, refresh_per_second=2) if cfg.live and console.is_terminal else None
+        if view is not None:
+            view.start()
+
         def note(phase: str) -> None:
             timeline.append(
                 {"t": round(time.monotonic() - t0, 1), "phase": phase, "ready": _ready(rec), **counts}
             )
-            console.print(timeline[-1])
+            line = (
+                f"[cyan]{timeline[-1]['t']:6.1f} s[/] [bold]{phase}[/]: {counts['clients']} clients, "
+                f"{_ready(rec)} ready, {counts['ok']} ok, {counts['failed']} failed"
+            )
+            if view is not None:
+                view.console.print(line)
+            else:
+                console.print(line)
+
+        def show(phase: str) -> None:
+            if view is not None:
+                view.update(render(rec, time.monotonic() - t0, total_s, cfg.ttft_ms, cfg.itl_ms, phase))
 
         phases = {cfg.low_clients: "low traffic", cfg.high_clients: "high traffic", 0: "traffic stops"}
         loadgen_port = free_port()
@@ -302,6 +322,7 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
                 if isinstance(clients, int) and clients != counts["clients"]:
                     counts["clients"] = clients
                     note(phases.get(clients, f"{clients} clients"))
+            show(f"{counts['clients']} clients")
             await asyncio.sleep(0.5)
         wall_s = time.monotonic() - started
         if loadgen.returncode != 0:
@@ -320,9 +341,12 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
             at_one = cr is not None and cr.ready == 1 and cr.desired == 1 and cr.draining == 0
             if peak >= 2 and at_one and not rec.unacked_decisions():
                 break
+            show("traffic over: scaling down")
             await asyncio.sleep(0.5)
         await asyncio.sleep(1.0)
         note("end")
+        if view is not None:
+            view.stop()
         decisions = [
             {
                 "id": d.decision_id,
@@ -376,9 +400,14 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
                 for t, m in rec.loads
             ],
         }
+        figures["report"] = report.summary(rec, read_results(out / "requests.jsonl"), cfg.ttft_ms, cfg.itl_ms)
+        report.plot(rec, out / "demo.png", cfg.ttft_ms, cfg.itl_ms)
+        report.write_html(rec, figures["report"], out / "demo.png", out / "report.html")
         (out / "summary.json").write_text(json.dumps(figures, indent=2, default=str))
         return figures
     finally:
+        if view is not None:
+            view.stop()
         if loadgen is not None:
             await asyncio.to_thread(_stop, loadgen)
         if bus is not None:
@@ -386,3 +415,43 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
         if circus is not None:
             await asyncio.to_thread(circus.stop, 90)
         nats.close()
+
+
+def _ms(value: float | None, spec: str = ".0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_engine_summary(figures: dict[str, Any], cfg: LlamaDemoConfig, console: Console) -> None:
+    """The decisions with their reasons and acks, then the run's figures and where its files are."""
+    from rich.table import Table
+
+    decisions = Table(title=f"decisions ({cfg.engine}, policy {cfg.policy})")
+    for col in ("id", "t (s)", "agg target", "reason", "acks"):
+        decisions.add_column(col)
+    for d in figures["decisions"]:
+        decisions.add_row(str(d["id"]), f"{d['t']:.0f}", str(d["agg"]), d["reason"], ", ".join(d["acks"]))
+    console.print(decisions)
+    rep = figures["report"]
+    lg = figures["loadgen"]
+    summary = Table(title="run")
+    summary.add_column("figure")
+    summary.add_column("value", justify="right")
+    for name, value in (
+        ("requests ok / failed", f"{figures['ok']} / {figures['failed']}"),
+        (
+            "within both targets",
+            f"{rep['sla_attainment_pct']} % (TTFT {cfg.ttft_ms:g} ms, ITL {cfg.itl_ms:g} ms)",
+        ),
+        ("TTFT p50 / p99", f"{_ms(lg['ttft_p50_ms'])} / {_ms(lg['ttft_p99_ms'])} ms"),
+        ("ITL p50 / p99", f"{_ms(lg['itl_p50_ms'], '.1f')} / {_ms(lg['itl_p99_ms'], '.1f')} ms"),
+        ("workers ready: peak / at the end", f"{figures['peak_ready']} / {figures['final_ready']}"),
+        ("speed model learned from", ", ".join(figures["model_sources"]) or "-"),
+        ("traffic counted by", ", ".join(figures["traffic_sources"]) or "-"),
+    ):
+        summary.add_row(name, value)
+    console.print(summary)
+    out = cfg.out_dir
+    console.print(
+        f"report: {out / 'report.html'}  chart: {out / 'demo.png'}  figures: {out / 'summary.json'}  "
+        f"logs: {out / 'logs'}"
+    )
