@@ -205,7 +205,9 @@ async def test_token_stamps_keep_the_model_time_through_host_stalls(
         await bus.close()
     chunks = [c for c in got["0"] if c.tokens > 0]
     assert chunks[-1].finished and chunks[-1].total_tokens == 300
-    assert len(chunks) >= 20, "the stalls must have split the stream into many chunks"
+    # how many chunks the stalls split the stream into depends on the host's load (6 to 40+ seen):
+    # the stamps are checked across every gap there is, and there must be several
+    assert len(chunks) >= 4, "the stalls must have split the stream into several chunks"
     timing = eng.choice.model
     for prev, cur in itertools.pairwise(chunks):
         # decode passes of one request between the two chunks: contexts prev.total .. cur.total - 1

@@ -70,16 +70,18 @@ def _complete(base: str, max_tokens: int, out: dict[str, object]) -> None:
         out["error"] = repr(exc)
 
 
-async def _entry(bus: Bus, worker: str, timeout_s: float) -> EngineInfo | None:
+async def _entry(bus: Bus, worker: str, timeout_s: float, draining: bool = False) -> EngineInfo | None:
+    """The worker's entry once there (and marked draining, with ``draining``); the last seen else."""
     kv = await bus.kv(ENGINES_BUCKET, ttl_s=ENGINES_TTL_S)
     key = Subjects(ns=NS).engine_key("agg", worker)
     deadline = time.monotonic() + timeout_s
+    info = None
     while time.monotonic() < deadline:
         info = await kv_get(kv, key, EngineInfo)
-        if info is not None:
+        if info is not None and (info.draining or not draining):
             return info
-        await asyncio.sleep(0.5)
-    return None
+        await asyncio.sleep(0.2)
+    return info
 
 
 async def _gone(bus: Bus, worker: str, timeout_s: float) -> bool:
@@ -157,7 +159,7 @@ async def test_real_vllm_registers_drains_and_leaves(
         while (in_flight("vllm", _get(a.metrics_url)) or 0) < 1 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         procs["a"].send_signal(signal.SIGTERM)
-        marked = await _entry(bus, "a", 5)
+        marked = await _entry(bus, "a", 10, draining=True)
         assert marked is not None and marked.draining, marked
         assert await _gone(bus, "a", 120), logs["a"].read_text()[-2000:]
         t.join(timeout=120)
