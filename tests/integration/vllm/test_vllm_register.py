@@ -127,13 +127,14 @@ async def test_real_vllm_registers_drains_and_leaves(
 
         # the adapters on expositions recorded from this server, idle and under load
         idle = _get(a.metrics_url)
-        results: list[dict[str, object]] = [{} for _ in range(14)]
-        threads = [threading.Thread(target=_complete, args=(base, 600, r)) for r in results]
+        results: list[dict[str, object]] = [{} for _ in range(24)]
+        threads = [threading.Thread(target=_complete, args=(base, 400, r)) for r in results]
         for t in threads:
             t.start()
-        # the fullest exposition seen while they run (on a loaded host they may trickle in)
+        # the fullest exposition seen while they run (on a loaded host they trickle in); 400 tokens each:
+        # 8 running fit the 4,096 KV tokens, so none is preempted
         busy, most, deadline = "", -1.0, time.monotonic() + 120
-        while time.monotonic() < deadline and most < 10 and any(t.is_alive() for t in threads):
+        while time.monotonic() < deadline and most < 12 and any(t.is_alive() for t in threads):
             text = _get(a.metrics_url)
             held = in_flight("vllm", text) or 0
             if held > most:
@@ -146,9 +147,25 @@ async def test_real_vllm_registers_drains_and_leaves(
             (RECORDED / "vllm-idle.txt").write_text(idle)
             (RECORDED / "vllm-busy.txt").write_text(busy)
         assert all(r.get("status") == 200 for r in results), results
+        # the adapter's counters on the live server: exactly the requests and tokens sent, over and
+        # above what the idle exposition already counted (the engine's stats may lag its last answer)
+        before_r = read_load("vllm", idle)
+        after_r, deadline = read_load("vllm", _get(a.metrics_url)), time.monotonic() + 15
+        while after_r.running_requests + after_r.waiting_requests and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            after_r = read_load("vllm", _get(a.metrics_url))
+        assert after_r.requests_total is not None and before_r.requests_total is not None
+        assert after_r.requests_total - before_r.requests_total == len(results), (before_r, after_r)
+        assert after_r.osl_tokens_sum is not None and before_r.osl_tokens_sum is not None
+        assert after_r.osl_tokens_sum - before_r.osl_tokens_sum == 400 * len(results), (before_r, after_r)
+        assert after_r.running_requests == after_r.waiting_requests == 0, after_r
+        # and its gauges: what the engine held at the fullest moment seen, at most max_num_seqs running
+        # and the rest waiting (how many were in flight at once depends on the host's load: all 24 on a
+        # quiet one, a few when the API server is starved; the saturated case, 8 running and 6 waiting,
+        # is pinned by the checked-in recording in tests/unit/fpm_relay)
         reading = read_load("vllm", busy)
-        assert reading.running_requests == 8, reading  # max_num_seqs
-        assert reading.waiting_requests >= 2 and reading.kv_usage > 0, reading
+        assert reading.running_requests + reading.waiting_requests == most, reading
+        assert reading.running_requests == min(8, most), reading
         assert not {"running_requests", "waiting_requests", "kv_usage"} & set(reading.missing), reading
         assert capabilities_from_metrics("vllm", idle) is not None
         assert read_load("vllm", idle).running_requests == 0
