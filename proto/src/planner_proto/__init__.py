@@ -14,6 +14,7 @@ from planner_proto.decision import (
     ScalingAck,
     ScalingDecision,
 )
+from planner_proto.demand import DEMAND_FORECAST_VERSION, ComponentDemand, DemandForecast, DemandStep
 from planner_proto.engine import Component, EngineCapabilities, EngineInfo
 from planner_proto.fpm import (
     FPM_VERSION,
@@ -33,12 +34,16 @@ from planner_proto.subjects import Subjects
 from planner_proto.traffic import LoadForecast, TrafficSample
 
 __all__ = [
+    "DEMAND_FORECAST_VERSION",
     "FPM_VERSION",
     "AckStatus",
     "Component",
+    "ComponentDemand",
     "ComponentReplicas",
     "ComponentSnapshot",
     "DecodeError",
+    "DemandForecast",
+    "DemandStep",
     "EngineCapabilities",
     "EngineInfo",
     "ForwardPassMetrics",

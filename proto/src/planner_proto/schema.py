@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from planner_proto.decision import ReplicaStatus, ScalingAck, ScalingDecision
+from planner_proto.demand import DemandForecast
 from planner_proto.engine import EngineInfo
 from planner_proto.fpm import ForwardPassMetrics
 from planner_proto.generate import GenerateRequest, TokenChunk
@@ -20,6 +21,7 @@ MESSAGE_TYPES: tuple[type[Any], ...] = (
     EngineInfo,
     TrafficSample,
     LoadForecast,
+    DemandForecast,
     ComponentSnapshot,
     ScalingDecision,
     ScalingAck,

@@ -46,6 +46,10 @@ class Subjects(msgspec.Struct, frozen=True):
     def forecast(self) -> str:
         return f"{self.root}.forecast"
 
+    def demand(self) -> str:
+        """The predictor's :class:`~planner_proto.demand.DemandForecast`."""
+        return f"{self.root}.demand"
+
     def state(self, component: str = "*") -> str:
         return f"{self.root}.state.{component}"
 

@@ -19,6 +19,8 @@ from planner_proto.load import WorkerLoad
 from planner_proto.state import ComponentSnapshot, LatencyModel
 from planner_proto.traffic import TrafficSample
 
+from .demand_feed import fed, predictor
+
 CAPS = EngineCapabilities(num_gpu_blocks=10_000, block_size_tokens=16, max_num_seqs=256)
 # decode pass: 10 ms + 0.2 ms per request + 1 us per KV token (a small model on one GPU)
 DECODE_MODEL = LatencyModel(
@@ -79,6 +81,7 @@ def _run(
     """Decode replicas over time: ``req_per_s`` requests of ISL/OSL spread over the ready engines
     (Little: running = rate x duration, a request decoding OSL tokens at ~20 ms each)."""
     state, ready, seen = PolicyState(), 3, []
+    demand = predictor(cfg)
     diag: dict[str, float] = {}
     interval = cfg.demand_interval_s
     t = 0.0
@@ -98,7 +101,7 @@ def _run(
             estimator=EST,
             capacity=capacity,
         )
-        res, state = decide(inputs, state, cfg, t)
+        res, state = decide(fed(demand, inputs, t), state, cfg, t)
         ready = res.targets["decode"]
         diag = res.diagnostics
         seen.append(ready)

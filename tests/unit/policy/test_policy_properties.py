@@ -26,6 +26,8 @@ from planner_proto.load import WorkerLoad
 from planner_proto.state import ComponentSnapshot, LatencyModel
 from planner_proto.traffic import LoadForecast, TrafficSample
 
+from .demand_feed import fed, predictor
+
 _isl = np.array([100.0, 1000.0, 4000.0, 8000.0, 16000.0])
 _kv, _ctx = (a.ravel() for a in np.meshgrid([0.0, 0.25, 0.5, 0.75, 1.0], [1000.0, 3000.0, 5000.0]))
 CAP = CapacityModel(
@@ -159,9 +161,9 @@ def scenario(draw: st.DrawFn) -> tuple[PolicyConfig, list[tuple[DecisionInputs, 
 def test_decide_invariants(sc: tuple[PolicyConfig, list[tuple[DecisionInputs, float]]]) -> None:
     cfg, ticks = sc
     gpus = {"prefill": cfg.gpus_per_prefill, "decode": cfg.gpus_per_decode}
-    state = PolicyState()
+    state, demand = PolicyState(), predictor(cfg)
     for inputs, now_s in ticks:
-        res, state = decide(inputs, state, cfg, now_s)
+        res, state = decide(fed(demand, inputs, now_s), state, cfg, now_s)
         # the final desired fleet fits the budget
         assert sum(res.desired[c] * gpus[c] for c in gpus) <= cfg.max_gpu_budget
         for c in gpus:

@@ -14,6 +14,8 @@ from planner_proto.decision import ComponentReplicas
 from planner_proto.traffic import TrafficSample
 from planner_sim.bench import _profile
 
+from .demand_feed import fed, predictor
+
 
 def run(
     shared: Path,
@@ -33,7 +35,7 @@ def run(
         max_gpu_budget=-1,
         cold_miss_share=cold_miss_share,
     )
-    st = PolicyState()
+    st, demand = PolicyState(), predictor(cfg)
     reps = {c: ComponentReplicas(desired=desired, ready=desired) for c in ("prefill", "decode")}
     result = None
     for i in range(samples):
@@ -51,7 +53,7 @@ def run(
         now_reps = reps
         if i == 0 and start is not None:
             now_reps = {c: ComponentReplicas(desired=start, ready=start) for c in reps}
-        inputs = DecisionInputs(replicas=now_reps, traffic=sample, capacity=capacity)
+        inputs = fed(demand, DecisionInputs(replicas=now_reps, traffic=sample, capacity=capacity), now)
         result, st = decide(inputs, st, cfg, now)
     assert result is not None
     return dict(st.predictive.floor), result.diagnostics
@@ -126,7 +128,7 @@ def _follow(shared: Path, rates: list[float]) -> list[tuple[int, int, float]]:
         down_limit_percent=100.0,
         up_limit_replicas=1000,
     )
-    st = PolicyState()
+    st, demand = PolicyState(), predictor(cfg)
     fleet = {"prefill": 2, "decode": 2}
     out = []
     for i, rate in enumerate(rates):
@@ -139,9 +141,8 @@ def _follow(shared: Path, rates: list[float]) -> list[tuple[int, int, float]]:
             mean_osl_tokens=200.0,
         )
         reps = {c: ComponentReplicas(desired=n, ready=n) for c, n in fleet.items()}
-        result, st = decide(
-            DecisionInputs(replicas=reps, traffic=sample, capacity=capacity), st, cfg, 30.0 * (i + 1)
-        )
+        inputs = DecisionInputs(replicas=reps, traffic=sample, capacity=capacity)
+        result, st = decide(fed(demand, inputs, 30.0 * (i + 1)), st, cfg, 30.0 * (i + 1))
         fleet = dict(result.targets)
         step = result.diagnostics.get("prefill.predictive.horizon_step", float("nan"))
         out.append((st.predictive.floor["prefill"], fleet["prefill"], step))

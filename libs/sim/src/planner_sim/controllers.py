@@ -14,6 +14,7 @@ import msgspec
 
 from planner_core.engine import to_fpm
 from planner_core.forecast import ForecastConfig, LoadForecaster
+from planner_core.forecast.demand import HorizonDemand
 from planner_core.policy import (
     CapacityModel,
     DecisionInputs,
@@ -25,6 +26,7 @@ from planner_core.policy import (
 )
 from planner_core.policy.estimator import SnapshotEstimator
 from planner_core.regression import OnlineRegression, RegressionConfig
+from planner_proto.demand import DemandForecast
 from planner_proto.engine import Component
 from planner_proto.load import WorkerLoad
 from planner_proto.state import ComponentSnapshot
@@ -99,13 +101,16 @@ class PlannerController:
         self.settings = settings
         self.initial = dict(initial)
         self.capacity = capacity
-        ours = cfg.policy is PolicyKind.COMBINED and cfg.predictive and not cfg.reference_compat
+        ours = cfg.sizes_for_demand
         self.traffic_interval_s = cfg.demand_interval_s if ours else cfg.throughput_interval_s
         self.state = PolicyState()
         self.estimator = SnapshotEstimator()
         self.forecaster = LoadForecaster(forecast) if forecast is not None else None
         self.forecast: LoadForecast | None = None
         self.traffic: TrafficSample | None = None
+        # the predictor service's demand forecaster, run in-process (the decider sizes for it)
+        self.demand_forecaster = HorizonDemand(cfg.startup_s) if ours else None
+        self.demand: DemandForecast | None = None
         needs_fit = cfg.policy is not PolicyKind.THRESHOLD
         self.regressions: dict[str, OnlineRegression | None] = {}
         for c in COMPONENTS:
@@ -122,6 +127,8 @@ class PlannerController:
 
     def observe_traffic(self, sample: TrafficSample, now_s: float) -> None:
         self.traffic = sample
+        if self.demand_forecaster is not None and self.demand_forecaster.observe(sample):
+            self.demand = self.demand_forecaster.forecast(NAMESPACE, now_s)
         if self.forecaster is not None:
             self.forecaster.observe(sample)
             f = self.forecaster.forecast(namespace=NAMESPACE, now_s=now_s)
@@ -166,6 +173,7 @@ class PlannerController:
             replicas=replicas,
             forecast=self.forecast,
             traffic=self.traffic,
+            demand=self.demand,
             snapshots={c: self.snapshot(c, now_s, cluster) for c in COMPONENTS},
             in_progress=in_progress,
             capacity=self.capacity,

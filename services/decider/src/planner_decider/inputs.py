@@ -1,7 +1,8 @@
 """The latest of each input, with the wall time it arrived; pure (no I/O, no clock).
 
 Staleness is judged by the time a message was received (the sender's clock may be skewed): snapshots
-and replica status by their own max age, forecasts and traffic samples after two of their intervals.
+and replica status by their own max age, forecasts, demand forecasts and traffic samples after two of
+their intervals.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from planner_core.policy import CapacityModel, DecisionInputs, LatencyEstimator
-from planner_proto import ComponentReplicas, ComponentSnapshot, LoadForecast, ReplicaStatus, TrafficSample
+from planner_proto import (
+    ComponentReplicas,
+    ComponentSnapshot,
+    DemandForecast,
+    LoadForecast,
+    ReplicaStatus,
+    TrafficSample,
+)
 
 T = TypeVar("T")
 
@@ -29,6 +37,7 @@ class LatestInputs:
     forecast: Received[LoadForecast] | None = None
     traffic: Received[TrafficSample] | None = None
     replicas: Received[ReplicaStatus] | None = None
+    demand: Received[DemandForecast] | None = None
 
     def with_snapshot(self, snap: ComponentSnapshot, now_s: float) -> LatestInputs:
         snaps = {**self.snapshots, str(snap.component): Received(msg=snap, at_s=now_s)}
@@ -36,6 +45,9 @@ class LatestInputs:
 
     def with_forecast(self, fc: LoadForecast, now_s: float) -> LatestInputs:
         return dataclasses.replace(self, forecast=Received(msg=fc, at_s=now_s))
+
+    def with_demand(self, fc: DemandForecast, now_s: float) -> LatestInputs:
+        return dataclasses.replace(self, demand=Received(msg=fc, at_s=now_s))
 
     def with_traffic(self, sample: TrafficSample, now_s: float) -> LatestInputs:
         return dataclasses.replace(self, traffic=Received(msg=sample, at_s=now_s))
@@ -50,6 +62,10 @@ class LatestInputs:
     def fresh_forecast(self, now_s: float) -> LoadForecast | None:
         f = self.forecast
         return f.msg if f is not None and now_s - f.at_s <= 2 * f.msg.interval_s else None
+
+    def fresh_demand(self, now_s: float) -> DemandForecast | None:
+        d = self.demand
+        return d.msg if d is not None and now_s - d.at_s <= 2 * d.msg.interval_s else None
 
     def fresh_traffic(self, now_s: float) -> TrafficSample | None:
         t = self.traffic
@@ -92,6 +108,7 @@ def decision_inputs(
         replicas=replicas,
         forecast=latest.fresh_forecast(now_s),
         traffic=latest.fresh_traffic(now_s),
+        demand=latest.fresh_demand(now_s),
         snapshots=latest.fresh_snapshots(now_s, snapshot_max_age_s),
         in_progress=in_progress & frozenset(replicas),
         capacity=capacity,

@@ -67,14 +67,16 @@ class DeciderMetrics:
             "planner_decision_id_conflicts", "Lost compare-and-sets on the decision id", registry=r
         )
         self.decision_id = Gauge("planner_decision_id", "Newest decision_id issued", registry=r)
-        self.state_saves = Counter(
-            "planner_policy_state_saves", "Saves of the learned traffic state to KV", ["result"], registry=r
+        self.demand_inputs = Counter(
+            "planner_decider_demand_forecast_ticks",
+            "Ticks of the predictive floor by the predictor's demand forecast they had (fresh; missing:"
+            " none received or older than two of its intervals, the last floor stands)",
+            ["state"],
+            registry=r,
         )
-        self.state_restores = Counter(
-            "planner_policy_state_restores",
-            "Loads of the learned traffic state on becoming active, by outcome (restored, absent, stale, "
-            "invalid, version, namespace, disabled, unreachable)",
-            ["outcome"],
+        self.demand_lead_mismatch = Counter(
+            "planner_decider_demand_lead_mismatch",
+            "Demand forecasts whose lead (the predictor's startup_s) differs from this decider's",
             registry=r,
         )
 

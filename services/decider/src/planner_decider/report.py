@@ -49,6 +49,8 @@ class History:
         self.decisions: deque[DecisionRow] = deque(maxlen=max_points)
         self.without_capabilities: dict[str, tuple[str, ...]] = {}
         """The latest snapshots' workers without capabilities, per component (shown as a warning)."""
+        self.demand_ticks = [0, 0]
+        """Ticks of the predictive floor without / with a fresh demand forecast from the predictor."""
 
     def add_tick(self, point: TickPoint) -> None:
         self.ticks.append(point)
@@ -97,6 +99,18 @@ def capabilities_warning(without: Mapping[str, Sequence[str]], shown: int = 20) 
         " entry or metric gives their KV capacity: the load policy cannot size them): "
         + "; ".join(parts)
         + "</p>"
+    )
+
+
+def demand_warning(ticks: Sequence[int]) -> str:
+    """A warning paragraph when ticks went without a fresh demand forecast; empty when none did."""
+    missing, fresh = ticks[0], ticks[1]
+    if missing == 0:
+        return ""
+    return (
+        f"<p style='color:#d62728'><b>No fresh demand forecast</b> on {missing} of {missing + fresh}"
+        " ticks (the predictor is not running, not active, or publishes no demand: its last floor"
+        " stood, and the load policy reacted alone)</p>"
     )
 
 
@@ -246,6 +260,7 @@ def render_html(
         f"<h1>{html.escape(title)}</h1><p>Generated {generated}; {len(ticks)} ticks, "
         f"{len(history.decisions)} decisions.</p>"
         + capabilities_warning(history.without_capabilities)
+        + demand_warning(history.demand_ticks)
         + "".join(charts)
         + "<h2>Decisions</h2><table><tr><th>id</th><th>issued (UTC)</th><th>targets (reason)</th>"
         "<th>advisory</th><th>note</th></tr>" + "".join(rows) + "</table></body></html>"

@@ -6,8 +6,9 @@ per tick, reserves decision ids in KV, publishes, and keeps metrics and the repo
 
 One decider per namespace is active (KV lease ``{ns}.decider``); standbys keep their inputs fresh
 but neither tick nor publish. A newly active one reloads the decision id from KV and the last targets
-from the stream (what its predecessor published), so ids keep increasing across a takeover, and the
-policy's learned traffic picture from KV (:mod:`planner_decider.warm`), so it does not start cold.
+from the stream (what its predecessor published), so ids keep increasing across a takeover. What the
+fleet is sized for, the demand forecast, comes from the predictor service (``planner.{ns}.demand``),
+which keeps what it learned of the traffic across restarts itself.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import nats.errors
 from nats.js.errors import NotFoundError
 
+from planner_core.forecast.demand import lead_samples
 from planner_core.policy import PolicyKind, PolicyState
 from planner_core.policy.estimator import SnapshotEstimator
-from planner_core.policy.horizon import PredictiveState
 from planner_core.profile import ProfileError
 from planner_decider.book import IssueBook, on_ack, record, seeded
 from planner_decider.capacity import load_capacity
@@ -33,10 +33,11 @@ from planner_decider.metrics import DeciderMetrics, estimated_itl_ms, estimated_
 from planner_decider.report import DecisionRow, History, TickPoint, attainment_note, render_html, write_atomic
 from planner_decider.settings import DeciderSettings
 from planner_decider.tick import TickOptions, TickOutcome, tick
-from planner_decider.warm import encode_state, restore_state
 from planner_proto import (
+    DEMAND_FORECAST_VERSION,
     ComponentSnapshot,
     DecodeError,
+    DemandForecast,
     LoadForecast,
     ReplicaStatus,
     ScalingAck,
@@ -45,12 +46,8 @@ from planner_proto import (
     decode,
 )
 from planner_proto.subjects import STATE_BUCKET
-from planner_runtime.bus import kv_raw
 from planner_runtime.service import Service
 
-_STATE_LOAD_TIMEOUT_S = 2.0
-"""How long a newly active decider waits for its saved traffic state (a JetStream read can hang
-through a cluster's leader election) before it starts cold."""
 _PUBLISH_RETRY_S = 20.0
 """How long a decision is sent again while the stream does not acknowledge it (a NATS cluster
 elects a stream leader in seconds; well within the stream's duplicate window, 2 min by default)."""
@@ -96,23 +93,20 @@ class DeciderService(Service[DeciderSettings]):
         # inputs in every instance: a standby that takes over can decide on its first tick
         await self.bus.subscribe(s.state(), ComponentSnapshot, self._on_snapshot)
         await self.bus.subscribe(s.forecast(), LoadForecast, self._on_forecast)
+        await self.bus.subscribe(s.demand(), DemandForecast, self._on_demand)
         await self.bus.subscribe(s.traffic(), TrafficSample, self._on_traffic)
         await self.bus.subscribe(s.replicas(), ReplicaStatus, self._on_replicas)
         await self.bus.subscribe(s.ack(), ScalingAck, self._on_ack)
 
     async def activate(self) -> None:
         """Carry on from what the previous active decider (or this one, before a restart) left:
-        the id from KV, the last targets from the stream, the learned traffic state from KV (read
-        alongside, and given up on after ``_STATE_LOAD_TIMEOUT_S``: a cold start is better than a late
-        first tick); then tick."""
+        the id from KV, the last targets from the stream; then tick."""
         ids = DecisionIds(self.state_kv, self.subjects.state_key("decider", "decision_id"))
-        _, last, predictive = await asyncio.gather(
-            ids.load(), self._last_published(), self._load_policy_state()
-        )
+        _, last = await asyncio.gather(ids.load(), self._last_published())
         last = await self._finish_in_flight(last)
         async with self._lock:
             self.book = IssueBook()
-            self.policy_state = PolicyState() if predictive is None else PolicyState(predictive=predictive)
+            self.policy_state = PolicyState()
             if last is not None:
                 ids.at_least(last.decision_id)
                 self.book = seeded(self.book, last.targets, last.decision_id)
@@ -120,7 +114,6 @@ class DeciderService(Service[DeciderSettings]):
         self.metrics.decision_id.set(ids.value)
         self.log.info("decision_id_loaded", decision_id=ids.value, last_on_stream=last is not None)
         self.every(self.settings.tick_s(), self._tick, "decide", active=True)
-        self.every(self.settings.state_save_interval_s, self._save_policy_state, "save_state", active=True)
         if self.settings.report_path:
             self.every(self.settings.report_interval_s, self._write_report, "report", active=True)
 
@@ -153,8 +146,6 @@ class DeciderService(Service[DeciderSettings]):
     async def drain(self) -> None:
         async with self._lock:  # a tick that is publishing finishes first
             pass
-        if self.ids is not None:  # activated: what a restart or the standby starts from
-            await self._save_policy_state()
 
     async def cleanup(self) -> None:
         if self.settings.report_path and self.is_active:  # a standby's report would be empty
@@ -183,46 +174,6 @@ class DeciderService(Service[DeciderSettings]):
         self.opts = dataclasses.replace(self.opts, capacity=capacity)
         self.log.info("profile_loaded", profile_dir=str(folder))
 
-    def _policy_state_key(self) -> str:
-        return self.subjects.state_key("decider", "policy_state")
-
-    async def _load_policy_state(self) -> PredictiveState | None:
-        key = self._policy_state_key()
-        try:
-            raw = await asyncio.wait_for(kv_raw(self.state_kv, key), _STATE_LOAD_TIMEOUT_S)
-        except (nats.errors.Error, TimeoutError) as exc:
-            self.metrics.state_restores.labels("unreachable").inc()
-            self.log.warning(
-                "policy_state_cold", key=key, outcome="unreachable", detail=str(exc) or type(exc).__name__
-            )
-            return None
-        state, outcome, detail = restore_state(
-            raw, self.settings.namespace, time.time(), self.settings.warm_start_max_age_s
-        )
-        self.metrics.state_restores.labels(outcome).inc()
-        if state is None:
-            log = self.log.warning if outcome in ("invalid", "version", "namespace") else self.log.info
-            log("policy_state_cold", key=key, outcome=outcome, detail=detail)
-        else:
-            self.log.info(
-                "policy_state_restored", key=key, detail=detail, samples=state.prefill.samples,
-                errors=len(state.prefill.errors), period=state.prefill.period,
-            )  # fmt: skip
-        return state
-
-    async def _save_policy_state(self) -> None:
-        if not self.is_active:
-            return
-        async with self._lock:
-            data = encode_state(self.policy_state.predictive, self.settings.namespace, time.time())
-        try:
-            await self.state_kv.put(self._policy_state_key(), data)
-        except (nats.errors.Error, TimeoutError) as exc:
-            self.metrics.state_saves.labels("failed").inc()
-            self.log.warning("policy_state_not_saved", error=str(exc) or type(exc).__name__)
-            return
-        self.metrics.state_saves.labels("saved").inc()
-
     async def _last_published(self) -> ScalingDecision | None:
         s = self.subjects
         try:
@@ -241,6 +192,26 @@ class DeciderService(Service[DeciderSettings]):
 
     async def _on_forecast(self, fc: LoadForecast, subject: str) -> None:
         self.latest = self.latest.with_forecast(fc, time.time())
+
+    async def _on_demand(self, fc: DemandForecast, subject: str) -> None:
+        if fc.version != DEMAND_FORECAST_VERSION:
+            self.bus.count_bad(subject, "version")
+            self.log.warning(
+                "demand_forecast_refused",
+                why=f"version {fc.version}, this decider reads {DEMAND_FORECAST_VERSION}",
+            )
+            return
+        if fc.namespace != self.settings.namespace:
+            self.bus.count_bad(subject, "namespace")
+            return
+        own = lead_samples(self.cfg.startup_s, fc.interval_s)
+        if fc.lead_samples != own:
+            self.metrics.demand_lead_mismatch.inc()
+            self.log.warning(
+                "demand_lead_mismatch", forecast_lead=fc.lead_samples, own_lead=own,
+                detail="set the predictor's startup_s to the decider's",
+            )  # fmt: skip
+        self.latest = self.latest.with_demand(fc, time.time())
 
     async def _on_traffic(self, sample: TrafficSample, subject: str) -> None:
         self.latest = self.latest.with_traffic(sample, time.time())
@@ -349,6 +320,10 @@ class DeciderService(Service[DeciderSettings]):
         fc = self.latest.fresh_forecast(now_s)
         traffic = self.latest.fresh_traffic(now_s)
         snaps = self.latest.fresh_snapshots(now_s, self.settings.snapshot_max_age_s)
+        if self.cfg.sizes_for_demand:
+            fresh = self.latest.fresh_demand(now_s) is not None
+            self.metrics.demand_inputs.labels("fresh" if fresh else "missing").inc()
+            self.history.demand_ticks[fresh] += 1
         self.metrics.observe_replicas(replicas)
         self.metrics.observe_forecast(fc)
         self.metrics.observe_latency(snaps)

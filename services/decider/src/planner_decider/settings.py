@@ -99,12 +99,6 @@ class DeciderSettings(LeaseSettings, frozen=True, kw_only=True):
     report_interval_s: Pos = 60.0
     history_points: Annotated[int, Meta(ge=10, le=1_000_000)] = 20_000
     """Ticks kept for the report (older ones are dropped)."""
-    state_save_interval_s: Pos = 30.0
-    """How often the active decider saves what the policy learned of the traffic (KV planner_state,
-    ``{ns}.decider.policy_state``; see planner_decider.warm)."""
-    warm_start_max_age_s: Annotated[float, Meta(ge=0.0)] = 900.0
-    """A newly active decider starts from the saved state when it is at most this old (0 = always
-    start cold)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,8 +1,19 @@
-"""The predictor service: traffic in (NATS TrafficSample or PromQL), one LoadForecast per interval.
+"""The predictor service: traffic in (NATS TrafficSample, PromQL, or the engines' counters); out, the
+demand forecast the decider sizes the fleet for, and one LoadForecast per interval.
 
-Each tick closes the interval that just ended: its observation (if any: no data is "unknown", not
-zero) is scored against the forecast made for it, fed to the forecaster, and the next interval's
-forecast is published. Model fits run in a worker thread so that ARIMA refits never stall the loop.
+- Demand (:mod:`planner_core.forecast.demand`): every traffic sample is learned by the demand
+  forecaster, and a :class:`~planner_proto.demand.DemandForecast` (prompt and output tokens/s of each
+  sample to the startup lead, as scenarios of the measured errors) is published on
+  ``planner.{ns}.demand``.
+- Load (:class:`~planner_core.forecast.LoadForecaster`): each tick closes the interval that just
+  ended: its observation (if any: no data is "unknown", not zero) is scored against the forecast made
+  for it, fed to the forecaster, and the next interval's forecast is published. Model fits run in a
+  worker thread so that ARIMA refits never stall the loop.
+
+One predictor per namespace is active (KV lease ``{ns}.predictor``); standbys learn the same traffic
+but publish nothing, so a takeover forecasts from what it learned itself. The active one saves the
+demand forecaster's state to KV (:mod:`planner_predictor.demand_state`); a newly active one starts
+from the saved state when that has learned more than it has (a restart).
 """
 
 from __future__ import annotations
@@ -11,17 +22,25 @@ import asyncio
 import time
 
 import httpx
+import nats.errors
 from prometheus_client import Counter, Gauge
 
 from planner_core.engines.traffic import FleetTraffic
-from planner_core.forecast import LoadForecaster
+from planner_core.forecast import HorizonDemand, LoadForecaster, make_demand_forecaster
+from planner_predictor.demand_state import encode_state, restore_state
 from planner_predictor.engines import counters_of, engine_key
 from planner_predictor.prometheus import PrometheusTraffic, sample_of, series_map
 from planner_predictor.settings import PredictorSettings
 from planner_predictor.traffic import Observation, TrafficAccumulator, abs_pct_error, observation_of
 from planner_predictor.warm import warm_start
-from planner_proto import LoadForecast, TrafficSample, WorkerLoadSample
+from planner_proto import DemandForecast, LoadForecast, TrafficSample, WorkerLoadSample
+from planner_proto.subjects import STATE_BUCKET
+from planner_runtime.bus import kv_raw
 from planner_runtime.service import Service, run_service
+
+_STATE_LOAD_TIMEOUT_S = 2.0
+"""How long a newly active predictor waits for its saved demand state (a JetStream read can hang
+through a cluster's leader election) before it goes on with what it learned itself."""
 
 
 class PredictorMetrics:
@@ -63,6 +82,36 @@ class PredictorMetrics:
             "Engine counter resets (restarts) seen while summing the fleet's traffic (source engines)",
             registry=r,
         )
+        self.demand_forecasts = Counter(
+            "planner_demand_forecasts",
+            "Demand forecasts, by outcome (published; not_yet: nothing learned with request lengths)",
+            ["outcome"],
+            registry=r,
+        )
+        self.demand_at_lead = Gauge(
+            "planner_demand_forecast_tokens_per_s",
+            "Demand forecast at the startup lead (prompt tokens/s for prefill, output for decode)",
+            ["component"],
+            registry=r,
+        )
+        self.demand_errors = Gauge(
+            "planner_demand_errors_measured",
+            "Forecast errors measured at the lead so far (the scenarios are the forecaster's own from"
+            " the errors needed on)",
+            ["component"],
+            registry=r,
+        )
+        self.state_saves = Counter(
+            "planner_demand_state_saves", "Saves of the learned demand state to KV, by result", ["result"],
+            registry=r,
+        )  # fmt: skip
+        self.state_restores = Counter(
+            "planner_demand_state_restores",
+            "Reads of the saved demand state on activation, by outcome (restored, kept_own, absent,"
+            " stale, invalid, version, namespace, disabled, unreachable)",
+            ["outcome"],
+            registry=r,
+        )
         self.engines_unknown = Counter(
             "planner_traffic_unknown_intervals",
             "Intervals whose traffic the engines' counters could not give, by reason (source engines)",
@@ -74,11 +123,19 @@ class PredictorMetrics:
 class PredictorService(Service[PredictorSettings]):
     name = "predictor"
     settings_type = PredictorSettings
+    lease = "predictor"
 
     def __init__(self, settings: PredictorSettings) -> None:
         super().__init__(settings)
         self.metrics = PredictorMetrics(self)
         self.forecaster = LoadForecaster(settings.forecast_config())
+        self.demand: HorizonDemand | None = None
+        if settings.demand_model != "none":
+            self.demand = make_demand_forecaster(
+                settings.demand_model, settings.startup_s, settings.horizon_config()
+            )
+        self.last_demand: DemandForecast | None = None
+        self._state_lock = asyncio.Lock()
         self.accumulator = TrafficAccumulator(settings.interval_s)
         self.last_forecast: LoadForecast | None = None
         self._http: httpx.AsyncClient | None = None
@@ -87,6 +144,8 @@ class PredictorService(Service[PredictorSettings]):
 
     async def setup(self) -> None:
         s = self.settings
+        if self.demand is not None:
+            self.state_kv = await self.bus.kv(STATE_BUCKET)
         if s.warm_start:
             fed = await asyncio.to_thread(warm_start, self.forecaster, s.warm_start)
             self.log.info("warm_started", path=s.warm_start, intervals=fed)
@@ -104,13 +163,96 @@ class PredictorService(Service[PredictorSettings]):
             await self.bus.subscribe(self.subjects.load(), WorkerLoadSample, self._on_load)
         else:
             await self.bus.subscribe(self.subjects.traffic(), TrafficSample, self._on_traffic)
+        # every instance learns (a standby that takes over forecasts from its own history); only the
+        # active one publishes
         self.every(s.interval_s, self._tick, "forecast")
 
+    async def activate(self) -> None:
+        if self.demand is not None:
+            await self._load_demand_state()
+            self.every(
+                self.settings.state_save_interval_s, self._save_demand_state, "save_state", active=True
+            )
+
+    async def drain(self) -> None:
+        await self._save_demand_state()
+
+    # ---- demand ------------------------------------------------------------------------------------
+    async def _learn_demand(self, sample: TrafficSample) -> None:
+        """Learn one traffic sample and publish the demand forecast that includes it."""
+        if self.demand is None:
+            return
+        async with self._state_lock:
+            if not self.demand.observe(sample):
+                return
+            fc = self.demand.forecast(self.settings.namespace, time.time())
+        if fc is None:
+            self.metrics.demand_forecasts.labels("not_yet").inc()
+            return
+        self.last_demand = fc
+        for comp in fc.components:
+            self.metrics.demand_at_lead.labels(str(comp.component)).set(comp.steps[-1].forecast)
+            self.metrics.demand_errors.labels(str(comp.component)).set(comp.errors_measured)
+        if self.is_active:
+            await self.bus.publish(self.subjects.demand(), fc)
+            self.metrics.demand_forecasts.labels("published").inc()
+
+    def _demand_state_key(self) -> str:
+        return self.subjects.state_key("predictor", "demand_state")
+
+    async def _load_demand_state(self) -> None:
+        """On activation: the saved demand state, when it has learned more samples than this instance
+        has (a restart; a standby that ran alongside keeps its own, which is as long and newer)."""
+        assert self.demand is not None
+        key = self._demand_state_key()
+        try:
+            raw = await asyncio.wait_for(kv_raw(self.state_kv, key), _STATE_LOAD_TIMEOUT_S)
+        except (nats.errors.Error, TimeoutError) as exc:
+            self.metrics.state_restores.labels("unreachable").inc()
+            self.log.warning(
+                "demand_state_not_read", key=key, detail=str(exc) or type(exc).__name__,
+                learned_samples=self.demand.state.prefill.samples,
+            )  # fmt: skip
+            return
+        s = self.settings
+        saved, outcome, detail = restore_state(raw, s.namespace, time.time(), s.state_max_age_s)
+        async with self._state_lock:
+            own = self.demand.state
+            if saved is not None and saved.prefill.samples <= own.prefill.samples:
+                outcome, detail = "kept_own", f"{detail}; this instance has learned {own.prefill.samples}"
+            elif saved is not None:
+                self.demand.state = saved
+        self.metrics.state_restores.labels(outcome).inc()
+        if outcome == "restored" and saved is not None:
+            self.log.info(
+                "demand_state_restored", key=key, detail=detail, samples=saved.prefill.samples,
+                errors=len(saved.prefill.errors), season_samples=saved.prefill.period,
+            )  # fmt: skip
+        else:
+            log = self.log.warning if outcome in ("invalid", "version", "namespace") else self.log.info
+            log("demand_state_not_restored", key=key, outcome=outcome, detail=detail)
+
+    async def _save_demand_state(self) -> None:
+        if self.demand is None or not self.is_active:
+            return
+        async with self._state_lock:
+            data = encode_state(self.demand.state, self.settings.namespace, time.time())
+        try:
+            await self.state_kv.put(self._demand_state_key(), data)
+        except (nats.errors.Error, TimeoutError) as exc:
+            self.metrics.state_saves.labels("failed").inc()
+            self.log.warning("demand_state_not_saved", error=str(exc) or type(exc).__name__)
+            return
+        self.metrics.state_saves.labels("saved").inc()
+
+    # ---- traffic in --------------------------------------------------------------------------------
     async def _on_traffic(self, sample: TrafficSample, subject: str) -> None:
         if sample.namespace != self.settings.namespace:
             return
         if not self.accumulator.add(sample):
             self.bus.count_bad(subject, "not_finite")
+            return
+        await self._learn_demand(sample)
 
     async def _on_load(self, sample: WorkerLoadSample, subject: str) -> None:
         key = engine_key(subject)
@@ -125,7 +267,8 @@ class PredictorService(Service[PredictorSettings]):
         obs = await self._close_interval(now_s)
         self.metrics.intervals.labels("unknown" if obs is None else "observed").inc()
         forecast = await asyncio.to_thread(self.step, obs, now_s)
-        await self.bus.publish(self.subjects.forecast(), forecast)
+        if self.is_active:
+            await self.bus.publish(self.subjects.forecast(), forecast)
 
     async def _close_interval(self, now_s: float) -> Observation | None:
         if self.fleet is not None:
@@ -141,8 +284,9 @@ class PredictorService(Service[PredictorSettings]):
         sample = sample_of(reading, namespace=s.namespace, now_s=now_s, window_s=s.interval_s)
         if sample is None:
             return None
-        if s.publish_traffic:
+        if s.publish_traffic and self.is_active:
             await self.bus.publish(self.subjects.traffic(), sample)
+        await self._learn_demand(sample)
         return observation_of(sample, s.interval_s)
 
     async def _close_engines(self, now_s: float) -> Observation | None:
@@ -156,8 +300,9 @@ class PredictorService(Service[PredictorSettings]):
             self.metrics.engines_unknown.labels(reading.reason).inc()
             self.log.info("engine_traffic_unknown", reason=reading.reason, engines=self.fleet.known_engines)
             return None
-        if s.publish_traffic:
+        if s.publish_traffic and self.is_active:
             await self.bus.publish(self.subjects.traffic(), reading.sample)
+        await self._learn_demand(reading.sample)
         return observation_of(reading.sample, s.interval_s)
 
     def step(self, obs: Observation | None, now_s: float) -> LoadForecast:
@@ -215,11 +360,15 @@ class PredictorService(Service[PredictorSettings]):
 
     def health_detail(self) -> dict[str, object]:
         fc = self.last_forecast
+        demand = self.demand.state if self.demand is not None else None
         return {
             "source": self.settings.source,
             "engines_known": self.fleet.known_engines if self.fleet is not None else 0,
             "intervals_seen": self.forecaster.samples_seen,
             "last_reason": fc.reason if fc is not None else "none",
+            "demand_model": self.settings.demand_model,
+            "demand_samples": demand.prefill.samples if demand is not None else 0,
+            "demand_errors_measured": len(demand.prefill.errors) if demand is not None else 0,
         }
 
 

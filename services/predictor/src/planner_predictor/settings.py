@@ -8,9 +8,10 @@ from typing import Annotated, Literal, cast
 import msgspec
 from msgspec import Meta
 
-from planner_core.forecast import AUTO_CANDIDATES, ForecastConfig, prophet_available
+from planner_core.forecast import AUTO_CANDIDATES, DEMAND_MODELS, ForecastConfig, prophet_available
+from planner_core.forecast.horizon import HorizonConfig
 from planner_predictor.prometheus import series_map
-from planner_runtime.settings import BaseSettings
+from planner_runtime.settings import LeaseSettings
 
 ModelName = Literal["constant", "moving_average", "holt", "arima", "kalman", "prophet", "auto"]
 LabelValue = Annotated[str, Meta(pattern=r'^[^"\\\n]*$')]
@@ -20,8 +21,9 @@ def _auto_candidates() -> list[ModelName]:
     return [cast("ModelName", name) for name in AUTO_CANDIDATES]
 
 
-class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
-    """Predictor service: forecasts next-interval request count, mean ISL and mean OSL."""
+class PredictorSettings(LeaseSettings, frozen=True, kw_only=True):
+    """Predictor service: forecasts the demand the fleet is sized for (prompt and output tokens/s to
+    the startup lead, as scenarios) and next-interval request count, mean ISL and mean OSL."""
 
     source: Literal["nats", "prometheus", "engines"] = "nats"
     """Where traffic comes from: TrafficSample on NATS (loadgen, a frontend), PromQL over the
@@ -62,6 +64,24 @@ class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
     empty: all)."""
     prometheus_dynamo_namespace: LabelValue = ""
     """Only series with this ``dynamo_namespace`` label (frontend series only; empty: all)."""
+    demand_model: str = "horizon"
+    """The demand forecaster (``horizon``: damped trends, a season, and the forecast errors measured
+    at the startup lead), or ``none`` to publish no demand forecast (the decider's predictive floor
+    then sizes nothing and the throughput floor stands in)."""
+    startup_s: Annotated[float, Meta(ge=0.0, le=86_400.0)] = 120.0
+    """The workers' startup time, as the decider's ``startup_s``: the demand forecast reaches the
+    first traffic sample a worker ordered now can serve, and its errors are measured at that lead."""
+    demand_history_samples: Annotated[int, Meta(ge=16, le=100_000)] = 720
+    """Traffic samples the demand forecaster keeps to find a season (720: 6 h of 30 s samples; a daily
+    season needs 1.5 days of them)."""
+    demand_errors_kept: Annotated[int, Meta(ge=12, le=10_000)] = 240
+    """Forecast errors at the lead kept as the demand's scenarios (the latest ones)."""
+    state_save_interval_s: Annotated[float, Meta(gt=0.0, le=86_400.0)] = 30.0
+    """How often the active predictor saves what the demand forecaster learned (KV planner_state,
+    ``{ns}.predictor.demand_state``)."""
+    state_max_age_s: Annotated[float, Meta(ge=0.0)] = 900.0
+    """A newly active predictor starts from the saved demand state when it is at most this old (0:
+    always start cold)."""
     publish_traffic: bool = True
     """With the Prometheus or engines source, also publish each interval's TrafficSample on NATS (for
     the decider's floor)."""
@@ -72,6 +92,11 @@ class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
             raise ValueError(f"warm_start: no such file {self.warm_start!r}")
         if self.warm_start and Path(self.warm_start).suffix.lower() not in (".csv", ".jsonl", ".json"):
             raise ValueError("warm_start: expected an Azure .csv or a Mooncake .jsonl trace")
+        if self.demand_model != "none" and self.demand_model not in DEMAND_MODELS:
+            raise ValueError(
+                f"demand_model: unknown {self.demand_model!r} (known: {', '.join(sorted(DEMAND_MODELS))},"
+                " none)"
+            )
         if not self.auto_candidates or "auto" in self.auto_candidates:
             raise ValueError("auto_candidates: name one or more models other than auto")
         if "prophet" in (self.model, *self.auto_candidates) and not prophet_available():
@@ -98,6 +123,11 @@ class PredictorSettings(BaseSettings, frozen=True, kw_only=True):
             interval_s=self.interval_s,
             auto_candidates=tuple(self.auto_candidates),
         )
+
+    def horizon_config(self) -> HorizonConfig:
+        """The demand forecaster's configuration: the kept history and errors are settings; its
+        smoothing, damping and season constants are the forecaster's own (:class:`HorizonConfig`)."""
+        return HorizonConfig(max_history=self.demand_history_samples, max_errors=self.demand_errors_kept)
 
     def label_filters(self) -> dict[str, str]:
         out = {}

@@ -145,6 +145,11 @@ class PolicyConfig:
     down_limit_replicas: int = 2
     down_limit_percent: float = 50.0
 
+    @property
+    def sizes_for_demand(self) -> bool:
+        """Whether the predictive floor sizes the fleet for the predictor's demand forecast."""
+        return self.policy is PolicyKind.COMBINED and self.predictive and not self.reference_compat
+
     def gpus_per(self, component: str) -> int:
         if component == "prefill":
             return self.gpus_per_prefill

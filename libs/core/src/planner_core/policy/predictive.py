@@ -1,21 +1,23 @@
-"""Ours: the predictive floor. Per traffic sample, size prefill and decode for the demand of the
+"""Ours: the predictive floor. Size prefill and decode for the predictor's demand forecast of the
 startup horizon at the target attainment.
 
 For each component: a per-replica capacity (tokens/s one engine serves within its latency target,
-queue-aware for prefill), a forecast of the demand ``lead`` samples ahead (the first sample a worker
-ordered now can serve), the measured forecast errors at that lead, and the fewest replicas whose
-predicted attainment over those error scenarios reaches ``target_attainment``
-(:mod:`planner_core.policy.horizon`). The combined policy takes this as its floor; the load policy
+queue-aware for prefill), and the demand forecast (:class:`~planner_proto.demand.DemandForecast`,
+made by :mod:`planner_core.forecast.demand`) of every sample up to ``lead`` samples ahead (the first
+sample a worker ordered now can serve) as scenarios, the forecast plus each error measured at that
+lead; the floor is the fewest replicas whose predicted attainment over those scenarios reaches
+``target_attainment`` (:mod:`planner_core.policy.attainment`). The combined policy takes this as its floor; the load policy
 still reacts above it to what the engines report.
 
 - prefill: one engine serves ``isl / prefill_time(isl)`` prompt tokens/s back to back, at most at
   the utilisation whose queueing tail keeps the target share of TTFTs (queue wait + prefill) within
-  the TTFT target (:func:`planner_core.policy.queueing.max_prefill_utilisation`): queue-aware. The prefill time comes from the learned model when
-  the snapshot has one, else from the profile.
+  the TTFT target (:func:`planner_core.policy.queueing.max_prefill_utilisation`): queue-aware. The
+  prefill time comes from the learned model when the snapshot has one, else from the profile.
 - decode: the profile's best output tokens/s per GPU at the (corrected) ITL target and the mean
   context; without a profile, the learned model's (:func:`learned_decode_rate`: the largest batch
   whose predicted ITL meets the target, over that ITL), so a pool that was never profiled still
-  gets a floor and consolidates on load. One engine runs at most at ``decode_max_utilisation`` of it, a fleet of ``k`` keeps
+  gets a floor and consolidates on load. One engine runs at most at ``decode_max_utilisation`` of
+  it, a fleet of ``k`` keeps
   ``(1 - decode_max_utilisation) x sqrt(k)`` engines spare in all (``decode_pooled_headroom``;
   square-root staffing: the router spreads the running batch, so the fluctuation the spare absorbs
   grows with the square root of the load).
@@ -29,20 +31,9 @@ from dataclasses import replace
 
 import msgspec
 
+from planner_core.forecast.demand import lead_samples
+from planner_core.policy.attainment import fewest_replicas, pooled_capacity
 from planner_core.policy.config import PolicyConfig
-from planner_core.policy.horizon import (
-    HorizonConfig,
-    PredictiveState,
-    SeriesState,
-    best_forecast,
-    demand_scenarios,
-    fewest_replicas,
-    intermittent,
-    pooled_capacity,
-    update_series,
-    uses_fast,
-    uses_season,
-)
 from planner_core.policy.queueing import max_prefill_utilisation
 from planner_core.policy.types import (
     DECODE,
@@ -51,47 +42,13 @@ from planner_core.policy.types import (
     DecisionInputs,
     Diagnostics,
     LatencyEstimator,
+    PredictiveState,
 )
 from planner_proto.decision import Reason
+from planner_proto.demand import ComponentDemand, DemandStep
 from planner_proto.state import ComponentSnapshot
-from planner_proto.traffic import TrafficSample
 
-_LENGTH_SMOOTHING = 0.3
-
-
-def lead_samples(startup_s: float, interval_s: float) -> int:
-    """Samples from the one just seen to the first one a worker ordered now fully serves."""
-    return max(1, math.ceil(startup_s / interval_s) + 1)
-
-
-def _smooth(prev: float | None, value: float | None) -> float | None:
-    if value is None or not math.isfinite(value) or value <= 0:
-        return prev
-    return value if prev is None else prev + _LENGTH_SMOOTHING * (value - prev)
-
-
-def observe_sample(
-    st: PredictiveState, sample: TrafficSample, cfg: PolicyConfig, hcfg: HorizonConfig
-) -> PredictiveState:
-    """Fold one traffic sample into the demand series (a sample seen before is ignored)."""
-    if st.last_sample_start_s is not None and sample.start_s <= st.last_sample_start_s:
-        return st
-    isl = _smooth(st.isl_tokens, sample.mean_isl_tokens)
-    osl = _smooth(st.osl_tokens, sample.mean_osl_tokens)
-    interval = sample.interval_s
-    n = sample.num_requests if math.isfinite(sample.num_requests) else 0.0
-    index = round(sample.start_s / interval)
-    lead = lead_samples(cfg.startup_s, interval)
-    prompt_rate = n * (isl or 0.0) / interval
-    output_rate = n * (osl or 0.0) / interval
-    return replace(
-        st,
-        last_sample_start_s=sample.start_s,
-        isl_tokens=isl,
-        osl_tokens=osl,
-        prefill=update_series(st.prefill, index, prompt_rate, lead, hcfg),
-        decode=update_series(st.decode, index, output_rate, lead, hcfg),
-    )
+__all__ = ["floor_hold_s", "lead_samples", "learned_decode_rate", "predictive_floor"]
 
 
 def prefill_rate_per_replica(service_ms: float, isl_tokens: float) -> float:
@@ -106,40 +63,28 @@ def predictive_floor(
     st: PredictiveState,
     cfg: PolicyConfig,
     decode_correction: float,
-    hcfg: HorizonConfig | None = None,
 ) -> tuple[dict[str, ComponentResult], PredictiveState, Diagnostics]:
-    """Fold in the latest traffic sample and size prefill and decode; components without the data
-    to size them get no result."""
-    hcfg = hcfg or HorizonConfig()
+    """Size prefill and decode for the predictor's demand forecast (``inputs.demand``); components
+    without the data to size them get no result, and no forecast sizes nothing."""
     diag: Diagnostics = {}
-    if inputs.traffic is not None:
-        st = observe_sample(st, inputs.traffic, cfg, hcfg)
-    interval = inputs.traffic.interval_s if inputs.traffic is not None else None
-    isl, osl = st.isl_tokens, st.osl_tokens
-    if interval is None or isl is None or osl is None or st.prefill.level is None:
+    demand = inputs.demand
+    if demand is None:
         return {}, st, diag
-    lead = lead_samples(cfg.startup_s, interval)
+    isl, osl = demand.mean_isl_tokens, demand.mean_osl_tokens
+    lead = demand.lead_samples
     out: dict[str, ComponentResult] = {}
     comps = set(inputs.replicas)
+    pre, dec = demand.component(PREFILL), demand.component(DECODE)
 
-    if PREFILL in comps:
+    if PREFILL in comps and pre is not None:
         service_ms = _prefill_service_ms(inputs, isl)
         util = max_prefill_utilisation(
             service_ms, cfg.ttft_target_ms, cfg.target_attainment, cfg.arrival_variability
         )
         per = prefill_rate_per_replica(service_ms, isl) * util
         pre_extra: Diagnostics = {"service_ms": service_ms, "utilisation_cap": util}
-        pre_cfg = _cold(cfg, st.prefill, hcfg)
-        out[PREFILL] = _over_horizon(
-            lambda j: _sized(
-                best_forecast(st.prefill, j, hcfg, lead),
-                per,
-                demand_scenarios(st.prefill, j, hcfg, lead),
-                pre_cfg,
-                pre_extra,
-            ),
-            lead,
-        )
+        pre_cfg = _cold(cfg, pre)
+        out[PREFILL] = _over_horizon(lambda j: _sized(pre.steps[j - 1], per, pre_cfg, pre_extra), lead)
     engine_thpt: float | None = None
     itl_target = cfg.itl_target_ms / decode_correction if decode_correction > 0 else cfg.itl_target_ms
     if DECODE in comps and inputs.capacity is not None:
@@ -150,7 +95,7 @@ def predictive_floor(
         # ours: no profile: one engine's rate from the model learned on the running engines
         learned = learned_decode_rate(inputs.snapshots.get(DECODE), inputs.estimator, isl, osl, itl_target)
         engine_thpt = learned if learned > 0 else None
-    if engine_thpt is not None:
+    if engine_thpt is not None and dec is not None:
         if cfg.decode_pooled_headroom:
             per, pooled = engine_thpt, 1.0 - cfg.decode_max_utilisation
         else:
@@ -159,21 +104,11 @@ def predictive_floor(
             "itl_target_corrected_ms": itl_target,
             "learned_rate": float(inputs.capacity is None),
         }
-        dec_cfg = _cold(cfg, st.decode, hcfg)
-        out[DECODE] = _over_horizon(
-            lambda j: _sized(
-                best_forecast(st.decode, j, hcfg, lead),
-                per,
-                demand_scenarios(st.decode, j, hcfg, lead),
-                dec_cfg,
-                dec_extra,
-                pooled,
-            ),
-            lead,
-        )
-    for c, series in ((PREFILL, st.prefill), (DECODE, st.decode)):
+        dec_cfg = _cold(cfg, dec)
+        out[DECODE] = _over_horizon(lambda j: _sized(dec.steps[j - 1], per, dec_cfg, dec_extra, pooled), lead)
+    for c, cd in ((PREFILL, pre), (DECODE, dec)):
         r = out.get(c)
-        if r is None or r.target is None or _measured(series, hcfg):
+        if r is None or r.target is None or cd is None or _measured(cd):
             continue
         # ours: no step down below the starting fleet while the forecast errors are not measured
         # (the prior spread stands in): the first minutes of a fleet say little about its bursts
@@ -184,21 +119,23 @@ def predictive_floor(
     if not st.start:
         st = replace(st, start={c: r.desired for c, r in inputs.replicas.items()})
     diag["predictive.lead_samples"] = float(lead)
-    diag["predictive.season_samples"] = float(st.prefill.period)
-    diag["predictive.seasonal"] = float(uses_season(st.prefill, lead, hcfg))
-    diag["predictive.fast_trend"] = float(uses_fast(st.prefill, hcfg))
-    return out, replace(st, floor=floor), diag
+    if pre is not None:
+        diag["predictive.season_samples"] = float(pre.season_samples)
+        diag["predictive.seasonal"] = float(pre.steps[-1].forecaster == "seasonal")
+        diag["predictive.fast_trend"] = float(pre.trend == "fast")
+    onoff = {str(cd.component): cd.intermittent for cd in demand.components}
+    return out, replace(st, floor=floor, intermittent=onoff), diag
 
 
-def _measured(series: SeriesState, hcfg: HorizonConfig) -> bool:
+def _measured(demand: ComponentDemand) -> bool:
     """Whether the series' forecast errors are its own (else the prior spread stands in)."""
-    return len(series.errors) >= hcfg.min_errors
+    return demand.errors_measured >= demand.errors_needed
 
 
-def _cold(cfg: PolicyConfig, series: SeriesState, hcfg: HorizonConfig) -> PolicyConfig:
-    """The config to size ``series`` with: while its forecast errors are not measured (the stand-in
+def _cold(cfg: PolicyConfig, demand: ComponentDemand) -> PolicyConfig:
+    """The config to size ``demand`` with: while its forecast errors are not measured (the stand-in
     spread sizes it), the target attainment that allows ``cold_miss_share`` of the misses."""
-    if cfg.cold_miss_share >= 1.0 or _measured(series, hcfg):
+    if cfg.cold_miss_share >= 1.0 or _measured(demand):
         return cfg
     return replace(cfg, target_attainment=1.0 - (1.0 - cfg.target_attainment) * cfg.cold_miss_share)
 
@@ -207,7 +144,7 @@ def _over_horizon(size: Callable[[int], ComponentResult], lead: int) -> Componen
     """The largest of the fleets sized for each sample from the next one to ``lead``: a replica
     given back now cannot be back before ``lead``, so the floor holds every sample until then, each
     forecast with what is known now (with the lead's errors scaled to that step by
-    :func:`~planner_core.policy.horizon.step_scale`). The binding step is in the diagnostics."""
+    :func:`~planner_core.forecast.horizon.step_scale`). The binding step is in the diagnostics."""
     best, step = size(lead), lead
     for j in range(1, lead):
         r = size(j)
@@ -218,10 +155,10 @@ def _over_horizon(size: Callable[[int], ComponentResult], lead: int) -> Componen
 
 def floor_hold_s(st: PredictiveState, component: str, lead: int, interval_s: float) -> float:
     """How long a floor stops a scale-down: one sample (each floor holds the whole horizon itself),
-    or the whole ``lead`` while the component's demand is :func:`intermittent`: the floors sized in
-    its latest bursts are the memory of what the next one needs."""
-    series = st.prefill if component == PREFILL else st.decode
-    return lead * interval_s if intermittent(series, lead) else interval_s
+    or the whole ``lead`` while the component's demand is intermittent (on-off traffic, as the
+    latest demand forecast saw it): the floors sized in its latest bursts are the memory of what the
+    next one needs."""
+    return lead * interval_s if st.intermittent.get(component, False) else interval_s
 
 
 def learned_decode_rate(
@@ -283,13 +220,13 @@ def _prefill_service_ms(inputs: DecisionInputs, isl: float) -> float:
 
 
 def _sized(
-    fc: float,
+    step: DemandStep,
     per_replica: float,
-    demands: tuple[float, ...],
     cfg: PolicyConfig,
     extra: Diagnostics,
     pooled_headroom: float = 0.0,
 ) -> ComponentResult:
+    fc, demands = step.forecast, step.scenarios
     if per_replica <= 0 or not math.isfinite(per_replica):
         return ComponentResult(target=None, reason=Reason.INSUFFICIENT_DATA, diagnostics=extra)
     hi = 1024 if cfg.max_replicas < 0 else cfg.max_replicas

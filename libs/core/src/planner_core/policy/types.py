@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
-from planner_core.policy.horizon import PredictiveState
 from planner_proto.decision import ComponentReplicas, Reason
+from planner_proto.demand import DemandForecast
 from planner_proto.state import ComponentSnapshot
 from planner_proto.traffic import LoadForecast, TrafficSample
 
@@ -52,6 +52,8 @@ class DecisionInputs:
     forecast: LoadForecast | None = None
     traffic: TrafficSample | None = None
     """The latest completed traffic interval (correction factors, zero-traffic detection)."""
+    demand: DemandForecast | None = None
+    """The predictor's latest demand forecast (the predictive floor sizes for it)."""
     snapshots: Mapping[str, ComponentSnapshot] = field(default_factory=dict)
     in_progress: frozenset[str] = frozenset()
     """Components whose last change has not been acknowledged as completed yet."""
@@ -105,6 +107,16 @@ class QueueSample:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PredictiveState:
+    floor: dict[str, int] = field(default_factory=dict)
+    """The latest predictive floor per component."""
+    start: dict[str, int] = field(default_factory=dict)
+    """The fleet (desired replicas per component) when the floor first sized it."""
+    intermittent: dict[str, bool] = field(default_factory=dict)
+    """Per component, whether the latest demand forecast saw on-off traffic (holds a floor longer)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class PolicyState:
     """Everything the policies remember between ticks. Start from ``PolicyState()``."""
 
@@ -131,7 +143,7 @@ class PolicyState:
     recommendations: tuple[Recommendation, ...] = ()
     events: tuple[ScaleEvent, ...] = ()
     predictive: PredictiveState = field(default_factory=PredictiveState)
-    """Ours: demand series, forecast errors and the latest predictive floor."""
+    """Ours: the latest predictive floor and the fleet it first sized."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,5 +1,4 @@
-"""Demand over the startup horizon: a forecast, how wrong such forecasts have been, and the share of
-requests a fleet of a given capacity would serve.
+"""Demand over the startup horizon: a forecast, and how wrong such forecasts have been.
 
 A worker ordered now serves from ``now + startup_s``, so the fleet must be sized for the demand of
 then, which nobody knows. The tracker forecasts each demand series (prompt tokens/s for prefill,
@@ -12,17 +11,17 @@ long moving average), so they carry over as the traffic grows or shrinks, and a 
 are in, a prior spread stands in. A nearer step than the lead scales those errors by how much
 smaller the forecaster's errors at that step have been (:func:`step_scale`).
 
-:func:`predicted_attainment` turns this into the number operators ask for: with capacity C tokens/s
-and demand scenarios D_i = max(0, F + e_i * slow level), the share of the demand served is
-sum(min(D_i, C)) / sum(D_i) (demand beyond capacity waits past its target). The policy then picks
-the fewest replicas whose predicted share reaches the target attainment.
+The predictor publishes, per step ahead, the forecast and the demand under each measured error
+(:func:`demand_scenarios`) as a :class:`~planner_proto.demand.DemandForecast`
+(:mod:`planner_core.forecast.demand`); the decider sizes the fleet for them
+(:mod:`planner_core.policy.attainment`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -31,8 +30,8 @@ PRIOR_ERRORS: tuple[float, ...] = (-0.2, -0.125, -0.075, -0.025, 0.0, 0.025, 0.0
 tail (mirrored: +-0.4 at most). The prior matters where the traffic is steady (on ramps and bursts
 the stand-ins of :func:`_recent_change` and the measured errors are wider): the Azure conversation
 trace's first twelve measured errors at the lead, mirrored, reach 0.46 (prompt tokens) and 0.31
-(output tokens) slow levels at their 95th percentile. Twice this prior (+-0.8) sized the first
-fleets for errors beyond any measured there. :func:`prior_errors` shrinks it as errors come in."""
+(output tokens) slow levels at their 95th percentile. :func:`prior_errors` shrinks it as errors
+come in."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -452,8 +451,8 @@ def demand_scenarios(
 def prior_errors(measured: int, cfg: HorizonConfig) -> tuple[float, ...]:
     """The prior spread once ``measured`` errors are in: :data:`PRIOR_ERRORS` shrunk by the share of
     ``min_errors`` still missing (each measured error takes over its share; none is left once the
-    errors are measured). Kept whole until then, the prior sized a fleet that had scored ten of its
-    forecasts as if it had scored none."""
+    errors are measured): a fleet that has scored ten of its forecasts is not sized as if it had
+    scored none."""
     share = max(1.0 - measured / cfg.min_errors, 0.0) if cfg.min_errors > 0 else 0.0
     return tuple(e * share for e in PRIOR_ERRORS)
 
@@ -506,63 +505,3 @@ def intermittent(s: SeriesState, steps: int) -> bool:
     see coming (the floors sized in the latest bursts do)."""
     recent = s.history[-(steps + 1) :]
     return bool(recent) and min(recent) < SILENCE_SHARE * s.slow
-
-
-def predicted_attainment(capacity: float, demands: Sequence[float]) -> float:
-    """Share of the demand served within target by ``capacity`` over the demand scenarios (1.0 when
-    there is no demand). Per scenario with demand D, the part beyond capacity waits past its target:
-    share served min(1, C / D). Queueing below capacity is in the capacity itself (a utilisation cap).
-    """
-    total = sum(max(d, 0.0) for d in demands)
-    if total <= 0.0:
-        return 1.0
-    cap = max(capacity, 0.0)
-    return sum(min(max(d, 0.0), cap) for d in demands) / total
-
-
-def pooled_capacity(k: int, headroom: float) -> float:
-    """Replicas' worth of capacity ``k`` replicas offer when the fleet keeps ``headroom x sqrt(k)``
-    spare (0 for no replica)."""
-    return max(k - headroom * math.sqrt(k), 0.0) if k > 0 else 0.0
-
-
-def fewest_replicas(
-    per_replica: float,
-    demands: Sequence[float],
-    target: float,
-    *,
-    minimum: int = 0,
-    maximum: int = 1024,
-    pooled_headroom: float = 0.0,
-) -> tuple[int, dict[int, float]]:
-    """Fewest replicas (in [minimum, maximum]) whose predicted attainment reaches ``target``, and the
-    predicted attainment of the candidates around it (for the decision's diagnostics).
-
-    ``pooled_headroom`` h: ``k`` replicas behind a load-balancing router serve
-    ``per_replica x (k - h sqrt(k))`` (square-root staffing: the spare capacity that absorbs the
-    fluctuation of the running load grows with the square root of the fleet, not with the fleet; one
-    replica keeps the share h spare, nine keep h / 3 each)."""
-    if per_replica <= 0 or not math.isfinite(per_replica):
-        return maximum, {}
-
-    def att(k: int) -> float:
-        return predicted_attainment(per_replica * pooled_capacity(k, pooled_headroom), demands)
-
-    n = minimum
-    while n < maximum and att(n) < target:
-        n += 1
-    candidates = {k: att(k) for k in range(max(minimum, n - 2), min(maximum, n + 2) + 1)}
-    return n, candidates
-
-
-@dataclass(frozen=True, kw_only=True)
-class PredictiveState:
-    last_sample_start_s: float | None = None
-    prefill: SeriesState = field(default_factory=SeriesState)
-    decode: SeriesState = field(default_factory=SeriesState)
-    isl_tokens: float | None = None
-    osl_tokens: float | None = None
-    floor: dict[str, int] = field(default_factory=dict)
-    """The latest predictive floor per component."""
-    start: dict[str, int] = field(default_factory=dict)
-    """The fleet (desired replicas per component) when the floor first sized it."""

@@ -1,17 +1,16 @@
-"""What the policy has learned of the traffic, kept across restarts and takeovers.
+"""What the demand forecaster has learned of the traffic, kept across restarts and takeovers.
 
-The predictive floor needs history: about ``min_errors`` scored forecasts before its quantile is
-its own, and one and a half seasons before it sees a daily or hourly pattern. A decider that starts
-cold pays for that again (over-provisioning while it relearns, or misses on the first ramp). So the
-active decider saves its :class:`~planner_core.policy.horizon.PredictiveState` (demand series,
-forecast errors, season, smoothed request lengths) to KV ``planner_state`` under
-``{ns}.decider.policy_state`` every ``state_save_interval_s``, and a newly active one (restart or
-standby takeover) starts from it when it is at most ``warm_start_max_age_s`` old.
+The demand forecast needs history: about ``min_errors`` scored forecasts before its scenarios are
+its own, and one and a half seasons before it sees a daily or hourly pattern. A predictor that
+starts cold pays for that again (the decider over-provisions while it relearns, or misses the first
+ramp). So the active predictor saves its :class:`~planner_core.forecast.demand.DemandState` (demand
+series, forecast errors, season, smoothed request lengths) to KV ``planner_state`` under
+``{ns}.predictor.demand_state`` every ``state_save_interval_s`` (and when it stops), and a newly
+active one (restart or standby takeover) starts from it when it is at most ``state_max_age_s`` old.
 
-Only the learned traffic picture is kept; what belongs to the fleet of the moment (targets, holds,
-queue samples) is rebuilt from the decision stream and fresh inputs, as before. A saved state that
-does not decode, has another version or namespace, or holds non-finite or negative numbers is
-refused with its reason and the decider starts cold: a bad entry never stops it.
+A saved state that does not decode, has another version or namespace, or holds non-finite or
+negative numbers is refused with its reason and the predictor starts cold: a bad entry never stops
+it.
 """
 
 from __future__ import annotations
@@ -23,34 +22,35 @@ from typing import Any, Literal
 
 import msgspec
 
-from planner_core.policy.horizon import PredictiveState, SeriesState
+from planner_core.forecast.demand import DemandState
+from planner_core.forecast.horizon import SeriesState
 
 STATE_VERSION = 1
 
-Outcome = Literal["restored", "absent", "stale", "invalid", "version", "namespace", "disabled"]
+Outcome = Literal["restored", "kept_own", "absent", "stale", "invalid", "version", "namespace", "disabled"]
 
 
-class SavedPolicyState(msgspec.Struct, frozen=True, kw_only=True):
+class SavedDemandState(msgspec.Struct, frozen=True, kw_only=True):
     version: int
     saved_at_s: float
     namespace: str
-    predictive: PredictiveState
+    demand: DemandState
 
 
-_DECODER = msgspec.json.Decoder(SavedPolicyState)
+_DECODER = msgspec.json.Decoder(SavedDemandState)
 _ENCODER = msgspec.json.Encoder()
 
 
-def encode_state(predictive: PredictiveState, namespace: str, now_s: float) -> bytes:
+def encode_state(demand: DemandState, namespace: str, now_s: float) -> bytes:
     return _ENCODER.encode(
-        SavedPolicyState(version=STATE_VERSION, saved_at_s=now_s, namespace=namespace, predictive=predictive)
+        SavedDemandState(version=STATE_VERSION, saved_at_s=now_s, namespace=namespace, demand=demand)
     )
 
 
 def _bad_number(obj: Any, path: str, signed: bool = False) -> str | None:
     """The path of the first non-finite number in ``obj``, or negative one where a number cannot be
-    negative: trends and the forecast records (errors, pending forecasts) are signed; levels, counts,
-    lengths and the floor are not."""
+    negative: trends and the forecast records (errors, pending forecasts) are signed; levels, counts
+    and lengths are not."""
     if isinstance(obj, bool) or obj is None or isinstance(obj, str):
         return None
     if isinstance(obj, int | float):
@@ -70,10 +70,10 @@ def _bad_number(obj: Any, path: str, signed: bool = False) -> str | None:
 
 def restore_state(
     raw: bytes | None, namespace: str, now_s: float, max_age_s: float
-) -> tuple[PredictiveState | None, Outcome, str]:
+) -> tuple[DemandState | None, Outcome, str]:
     """(state or None, outcome, detail) for a saved entry (``raw`` None: no entry)."""
     if max_age_s <= 0:
-        return None, "disabled", "warm_start_max_age_s is 0"
+        return None, "disabled", "state_max_age_s is 0"
     if raw is None:
         return None, "absent", "no saved state"
     try:
@@ -81,27 +81,27 @@ def restore_state(
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         version = _peek_version(raw)
         if version is not None and version != STATE_VERSION:
-            return None, "version", f"saved state version {version}, this decider reads {STATE_VERSION}"
+            return None, "version", f"saved state version {version}, this predictor reads {STATE_VERSION}"
         return None, "invalid", str(exc)
     if saved.version != STATE_VERSION:
-        return None, "version", f"saved state version {saved.version}, this decider reads {STATE_VERSION}"
+        return None, "version", f"saved state version {saved.version}, this predictor reads {STATE_VERSION}"
     if saved.namespace != namespace:
         return None, "namespace", f"saved for namespace {saved.namespace!r}, not {namespace!r}"
     age = now_s - saved.saved_at_s
     if not math.isfinite(age) or age > max_age_s:
-        return None, "stale", f"saved {age:.0f} s ago (warm_start_max_age_s {max_age_s:g})"
-    bad = _bad_number(saved.predictive, "predictive")
+        return None, "stale", f"saved {age:.0f} s ago (state_max_age_s {max_age_s:g})"
+    bad = _bad_number(saved.demand, "demand")
     if bad is not None:
         return None, "invalid", f"{bad}: not a finite non-negative number"
     for name in ("prefill", "decode"):
-        series: SeriesState = getattr(saved.predictive, name)
+        series: SeriesState = getattr(saved.demand, name)
         if len(series.history) > series.samples:
             return (
                 None,
                 "invalid",
-                f"predictive.{name}: {len(series.history)} history values, {series.samples} samples",
+                f"demand.{name}: {len(series.history)} history values, {series.samples} samples",
             )
-    return saved.predictive, "restored", f"saved {max(age, 0.0):.0f} s ago"
+    return saved.demand, "restored", f"saved {max(age, 0.0):.0f} s ago"
 
 
 def _peek_version(raw: bytes) -> int | None:

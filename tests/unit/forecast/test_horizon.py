@@ -1,5 +1,5 @@
-"""Demand over the startup horizon: damped-trend forecast, errors measured at the lead, predicted
-attainment and the fewest replicas that reach a target."""
+"""Demand over the startup horizon: damped-trend and seasonal forecasts, errors measured at the lead,
+and the demand scenarios they make."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from itertools import pairwise
 
 import pytest
 
-from planner_core.policy.horizon import (
+from planner_core.forecast.horizon import (
     COLD_GROWTH_DAMPING,
     PRIOR_ERRORS,
     HorizonConfig,
@@ -18,11 +18,8 @@ from planner_core.policy.horizon import (
     best_forecast,
     demand_scenarios,
     fast_forecast,
-    fewest_replicas,
     forecast,
     intermittent,
-    pooled_capacity,
-    predicted_attainment,
     prior_errors,
     step_scale,
     update_series,
@@ -204,6 +201,16 @@ def test_a_near_step_does_not_compound_a_burst_that_followed_silence_within_the_
     assert max(demand_scenarios(s, 2, cfg, lead=2)) > 400.0 * 3
 
 
+def _wave(n: int, period: float, amplitude: float = 0.9, noise: float = 0.0, seed: int = 0) -> list[float]:
+    import random
+
+    rnd = random.Random(seed)
+    return [
+        100.0 * (1.0 + amplitude * math.sin(2 * math.pi * i / period)) * (1.0 + noise * rnd.gauss(0, 1))
+        for i in range(n)
+    ]
+
+
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
@@ -233,7 +240,7 @@ def test_symmetric_errors_mirror_the_trend_record(symmetric: bool) -> None:
 
 
 def test_the_fast_trend_is_used_until_the_steady_one_does_better() -> None:
-    from planner_core.policy.horizon import uses_fast
+    from planner_core.forecast.horizon import uses_fast
 
     cfg = HorizonConfig(warmup_samples=1, min_errors=8)
     # a steady ramp: the fast Holt tracks it, the steady one lags (its trend settles at about half)
@@ -248,54 +255,6 @@ def test_the_fast_trend_is_used_until_the_steady_one_does_better() -> None:
 
 
 @pytest.mark.parametrize(
-    ("capacity", "demands", "expected"),
-    [
-        (100.0, [50.0, 100.0], 1.0),
-        (100.0, [200.0, 200.0], 0.5),
-        (100.0, [100.0, 300.0], 200.0 / 400.0),  # (100 + 100) / (100 + 300)
-        (0.0, [10.0], 0.0),
-        (5.0, [], 1.0),
-        (5.0, [0.0, 0.0], 1.0),
-    ],
-)
-def test_predicted_attainment(capacity: float, demands: list[float], expected: float) -> None:
-    assert predicted_attainment(capacity, demands) == pytest.approx(expected)
-
-
-def test_fewest_replicas_meets_the_target_and_one_less_does_not() -> None:
-    demands = [800.0, 900.0, 1000.0, 1100.0, 1500.0]
-    n, cands = fewest_replicas(100.0, demands, 0.99, minimum=1)
-    assert predicted_attainment(n * 100.0, demands) >= 0.99
-    assert predicted_attainment((n - 1) * 100.0, demands) < 0.99
-    assert cands[n] >= 0.99
-    assert n - 1 in cands and n + 1 in cands
-
-
-def test_fewest_replicas_cheaper_at_a_lower_target() -> None:
-    demands = [800.0, 900.0, 1000.0, 1100.0, 1500.0]
-    hi, _ = fewest_replicas(100.0, demands, 0.99)
-    lo, _ = fewest_replicas(100.0, demands, 0.9)
-    assert lo < hi
-
-
-def test_fewest_replicas_respects_bounds() -> None:
-    assert fewest_replicas(100.0, [0.0], 0.99, minimum=2)[0] == 2
-    assert fewest_replicas(1.0, [1e9], 0.99, maximum=8)[0] == 8
-    assert fewest_replicas(0.0, [10.0], 0.99, maximum=8)[0] == 8
-
-
-def _wave(n: int, period: float, amplitude: float = 0.9, noise: float = 0.0, seed: int = 0) -> list[float]:
-    import math
-    import random
-
-    rnd = random.Random(seed)
-    return [
-        100.0 * (1.0 + amplitude * math.sin(2 * math.pi * i / period)) * (1.0 + noise * rnd.gauss(0, 1))
-        for i in range(n)
-    ]
-
-
-@pytest.mark.parametrize(
     ("values", "expected"),
     [
         (_wave(90, 30), 30),
@@ -306,14 +265,14 @@ def _wave(n: int, period: float, amplitude: float = 0.9, noise: float = 0.0, see
     ],
 )
 def test_find_period(values: list[float], expected: int) -> None:
-    from planner_core.policy.horizon import find_period
+    from planner_core.forecast.horizon import find_period
 
     got = find_period(values, 5, 0.5)
     assert abs(got - expected) <= 1 if expected else got == 0
 
 
 def test_a_seasonal_series_is_forecast_by_its_season() -> None:
-    from planner_core.policy.horizon import best_forecast, uses_season
+    from planner_core.forecast.horizon import best_forecast, uses_season
 
     cfg = HorizonConfig()
     lead = 5
@@ -343,7 +302,7 @@ def test_a_season_found_late_is_judged_on_the_history_at_once() -> None:
 def test_a_wave_is_forecast_by_its_season_from_its_first_back_tested_errors() -> None:
     """A season whose few back-tested errors are clearly smaller than the trend's takes over before
     ``min_errors`` are scored: one and a half periods of a wave, not two."""
-    from planner_core.policy.horizon import uses_season
+    from planner_core.forecast.horizon import uses_season
 
     cfg, lead = HorizonConfig(), 5
     s = feed(_wave(50, 30, noise=0.02), lead, cfg)
@@ -365,7 +324,7 @@ def test_a_wave_is_forecast_by_its_season_from_its_first_back_tested_errors() ->
     ],
 )
 def test_when_the_season_takes_over(seasonal: list[float], trend: list[float], expected: bool) -> None:
-    from planner_core.policy.horizon import uses_season
+    from planner_core.forecast.horizon import uses_season
 
     cfg, lead = HorizonConfig(), 5
     s = feed(_wave(50, 30, noise=0.02), lead, cfg)
@@ -374,29 +333,10 @@ def test_when_the_season_takes_over(seasonal: list[float], trend: list[float], e
 
 
 def test_without_a_season_the_damped_trend_is_used() -> None:
-    from planner_core.policy.horizon import uses_season
+    from planner_core.forecast.horizon import uses_season
 
     s = feed([100.0 + 5 * i for i in range(100)], 4, HorizonConfig())
     assert s.period == 0 and not uses_season(s, 4, HorizonConfig())
-
-
-@pytest.mark.parametrize(
-    ("demand", "linear", "pooled"),
-    [
-        (70.0, 1, 1),  # one engine: the same cap (0.75) either way
-        (140.0, 2, 2),  # 2 - 0.25 sqrt 2 = 1.65 engines' worth >= 1.4; linear 1.5 >= 1.4
-        (850.0, 12, 10),  # 850 / 75 -> 12 linearly; 10 - 0.25 sqrt 10 = 9.21 >= 8.5 > 9 - 0.75
-        (2000.0, 27, 22),  # 22 - 1.17 = 20.8 >= 20 > 21 - 1.15
-    ],
-)
-def test_pooled_headroom_grows_with_the_square_root_of_the_fleet(
-    demand: float, linear: int, pooled: int
-) -> None:
-    assert fewest_replicas(75.0, [demand], 1.0)[0] == linear
-    assert fewest_replicas(100.0, [demand], 1.0, pooled_headroom=0.25)[0] == pooled
-    assert pooled_capacity(1, 0.25) == pytest.approx(0.75) and pooled_capacity(0, 0.25) == 0.0
-    spare = [k - pooled_capacity(k, 0.25) for k in (1, 4, 9, 16)]
-    assert spare == pytest.approx([0.25, 0.5, 0.75, 1.0])
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The decider's saved traffic picture: what is restored, and every reason it is refused."""
+"""The predictor's saved demand picture: what is restored, and every reason it is refused."""
 
 from __future__ import annotations
 
@@ -7,16 +7,17 @@ import dataclasses
 import msgspec
 import pytest
 
-from planner_core.policy.horizon import HorizonConfig, PredictiveState, SeriesState, update_series
-from planner_decider.warm import STATE_VERSION, encode_state, restore_state
+from planner_core.forecast.demand import DemandState
+from planner_core.forecast.horizon import HorizonConfig, SeriesState, update_series
+from planner_predictor.demand_state import STATE_VERSION, encode_state, restore_state
 
 
-def learned(samples: int = 40) -> PredictiveState:
+def learned(samples: int = 40) -> DemandState:
     s = SeriesState()
     for i in range(samples):
         s = update_series(s, i, 100.0 + 10.0 * (i % 12), 5, HorizonConfig())
-    return PredictiveState(last_sample_start_s=30.0 * samples, prefill=s, decode=s, isl_tokens=3000.0,
-                           osl_tokens=150.0, floor={"prefill": 3, "decode": 2})  # fmt: skip
+    return DemandState(last_sample_start_s=30.0 * samples, interval_s=30.0, prefill=s, decode=s,
+                       isl_tokens=3000.0, osl_tokens=150.0)  # fmt: skip
 
 
 def test_a_fresh_state_comes_back_equal() -> None:
@@ -49,8 +50,8 @@ def _tamper(raw: bytes, **changes: object) -> bytes:
         ("good", 1000.0, 0.0, "disabled", "0"),
         ("v2", 1000.0, 900.0, "version", "version 2"),
         ("other-ns", 1000.0, 900.0, "namespace", "'other'"),
-        ("negative-level", 1000.0, 900.0, "invalid", "predictive.prefill.level"),
-        ("negative-floor", 1000.0, 900.0, "invalid", "predictive.floor.decode"),
+        ("negative-level", 1000.0, 900.0, "invalid", "demand.prefill.level"),
+        ("negative-isl", 1000.0, 900.0, "invalid", "demand.isl_tokens"),
         ("short-history", 1000.0, 900.0, "invalid", "history values"),
         ("null-error", 1000.0, 900.0, "invalid", "errors"),
     ],
@@ -60,15 +61,15 @@ def test_a_bad_or_old_state_is_refused_with_its_reason(
 ) -> None:
     good = encode_state(learned(), "ns", now_s=1000.0)
     if isinstance(raw, str):
-        prefill = msgspec.json.decode(good)["predictive"]["prefill"]
+        prefill = msgspec.json.decode(good)["demand"]["prefill"]
         raw = {
             "good": good,
-            "v2": _tamper(good, version=STATE_VERSION + 1, predictive="a future layout"),
+            "v2": _tamper(good, version=STATE_VERSION + 1, demand="a future layout"),
             "other-ns": encode_state(learned(), "other", now_s=1000.0),
-            "negative-level": _tamper(good, predictive__prefill__level=-5.0),
-            "negative-floor": _tamper(good, predictive__floor__decode=-1),
-            "short-history": _tamper(good, predictive__prefill__samples=3),
-            "null-error": _tamper(good, predictive__prefill__errors=[None, *prefill["errors"]]),
+            "negative-level": _tamper(good, demand__prefill__level=-5.0),
+            "negative-isl": _tamper(good, demand__isl_tokens=-1.0),
+            "short-history": _tamper(good, demand__prefill__samples=3),
+            "null-error": _tamper(good, demand__prefill__errors=[None, *prefill["errors"]]),
         }[raw]
     got, why, detail = restore_state(raw, "ns", now_s=now_s, max_age_s=max_age_s)
     assert got is None
