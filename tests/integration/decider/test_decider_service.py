@@ -6,6 +6,7 @@ import asyncio
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from planner_decider.ids import DecisionIds
@@ -22,6 +23,7 @@ from .decider_helpers import (
     feed,
     settings,
     start_decider,
+    status,
     stream_decisions,
     wait_until,
     write_profile,
@@ -202,53 +204,62 @@ async def test_two_writers_never_take_the_same_id(nats_server: NatsServer) -> No
         await bus.close()
 
 
-async def test_the_learned_traffic_state_survives_a_restart(nats_server: NatsServer, tmp_path: Path) -> None:
-    """What one decider saved in KV, the next starts from; a corrupt entry means a cold start, not a
-    crash; a state older than warm_start_max_age_s is not used."""
-    from planner_decider.warm import encode_state, restore_state
+async def test_the_predictive_floor_sizes_for_the_predictors_demand_forecast(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A demand forecast of another version is counted and dropped; a fresh one sizes the floor of
+    both components; without one (stale), the ticks are counted as missing and the report says so."""
+    from planner_core.forecast.demand import HorizonDemand
+    from planner_core.policy import DecisionInputs
+    from planner_core.policy.predictive import predictive_floor
+    from planner_core.policy.types import PredictiveState
+    from planner_decider.capacity import load_capacity
+    from planner_proto import ComponentReplicas, TrafficSample
 
-    from ...unit.decider.test_warm import learned
-
-    s = settings(nats_server.url, write_profile(tmp_path), state_save_interval_s=0.2)
-    key = SUBJECTS.state_key("decider", "policy_state")
+    report = tmp_path / "out" / "report.html"
+    s = settings(
+        nats_server.url, write_profile(tmp_path), policy="combined", startup_s=0.2,
+        report_path=str(report), report_interval_s=0.2,
+    )  # fmt: skip
     bus = await connect(nats_server.url)
-    kv = await bus.kv(STATE_BUCKET)
-    saved = learned()
-    await kv.put(key, encode_state(saved, NS, time.time() - 60.0))
-    seen = await Collector().start(bus)
+    forecaster = HorizonDemand(startup_s=0.2)
+    for i in range(20):
+        forecaster.observe(TrafficSample(namespace=NS, start_s=0.1 * i, interval_s=0.1, num_requests=4.0,
+                                         mean_isl_tokens=1000.0, mean_osl_tokens=100.0))  # fmt: skip
+    fc = forecaster.forecast(NS, time.time())
+    assert fc is not None
     dec = await start_decider(s)
     try:
-        assert dec.svc.policy_state.predictive == saved
-        assert dec.metric("planner_policy_state_restores_total", {"outcome": "restored"}) == 1
-        await wait_until(lambda: dec.metric("planner_policy_state_saves_total", {"result": "saved"}) >= 2, 5)
-        await feed(bus, 250)  # still deciding
-        await seen.wait_count(1)
-    finally:
-        assert await dec.stop() == 0
-    entry = await kv.get(key)
-    assert entry.value is not None
-    back, outcome, _ = restore_state(entry.value, NS, time.time(), 900.0)
-    assert outcome == "restored" and back == dec.svc.policy_state.predictive
+        newer = msgspec.structs.replace(fc, version=fc.version + 1)
+        await bus.publish(SUBJECTS.demand(), newer)
+        await bus.flush()
+        bad = {"subject": SUBJECTS.demand(), "reason": "version"}
+        await wait_until(lambda: dec.metric("planner_bad_messages_total", bad) == 1, 5)
+        assert dec.svc.latest.demand is None
 
-    await kv.put(key, b'{"version": 1, "saved_at_s": "yesterday"}')
-    dec = await start_decider(s)
-    try:
-        assert dec.metric("planner_policy_state_restores_total", {"outcome": "invalid"}) == 1
-        assert dec.svc.policy_state.predictive.prefill.samples == 0  # cold
-        await ack(bus, 1)
-        await feed(bus, 450, 3, 3)
-        await seen.wait_count(2)
-    finally:
-        assert await dec.stop() == 0
+        await bus.publish(SUBJECTS.replicas(), status(1, 1))
+        await bus.publish(SUBJECTS.demand(), msgspec.structs.replace(fc, issued_at_s=time.time()))
+        await bus.flush()
+        await wait_until(lambda: set(dec.svc.policy_state.predictive.floor) == {"prefill", "decode"}, 5)
+        fresh = {"state": "fresh"}
+        assert dec.metric("planner_decider_demand_forecast_ticks_total", fresh) >= 1
+        # the floor the policy gives for this forecast, on this profile, at this fleet
+        inputs = DecisionInputs(
+            replicas={c: ComponentReplicas(desired=1, ready=1) for c in ("prefill", "decode")},
+            demand=fc, capacity=load_capacity(tmp_path),
+        )  # fmt: skip
+        sized, _, _ = predictive_floor(inputs, PredictiveState(), dec.svc.cfg, 1.0)
+        assert dec.svc.policy_state.predictive.floor == {c: r.target for c, r in sized.items()}
 
-    await kv.put(key, encode_state(saved, NS, time.time() - 3600.0))
-    dec = await start_decider(s)
-    try:
-        assert dec.metric("planner_policy_state_restores_total", {"outcome": "stale"}) == 1
-        assert dec.svc.policy_state.predictive.prefill.samples == 0
+        # no newer forecast for longer than two of its intervals: missing, the last floor stands
+        missing = {"state": "missing"}
+        await wait_until(lambda: dec.metric("planner_decider_demand_forecast_ticks_total", missing) >= 2, 5)
+        await bus.publish(SUBJECTS.replicas(), status(1, 1))
+        await asyncio.sleep(0.5)
     finally:
         assert await dec.stop() == 0
         await bus.close()
+    assert "No fresh demand forecast" in report.read_text()
 
 
 async def test_a_decision_in_flight_when_the_lease_was_lost_is_published_on_the_next_activation(

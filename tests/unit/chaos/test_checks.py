@@ -3,8 +3,11 @@ apart; a decision re-sent on the bus is a redelivery, an id going back is not.""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from planner_cli.chaos import checks
 from planner_cli.chaos.checks import Evidence, decision_ids, kv_intact
 from planner_proto import ScalingDecision
 
@@ -58,3 +61,32 @@ def test_kv_intact_names_an_empty_and_an_unreadable_bucket(keys: dict[str, int],
 def test_decision_ids(stream: tuple[int, ...], bus: tuple[int, ...], ok: bool, says: str) -> None:
     check = decision_ids(_evidence({}, stream, bus))
     assert check.ok is ok and says in check.detail
+
+
+def test_the_predictors_state_reads_come_from_its_log() -> None:
+    log = [
+        {"event": "demand_state_not_restored", "outcome": "absent"},
+        {"event": "forecast_published"},
+        {"event": "demand_state_restored", "samples": 40},
+        {"event": "demand_state_not_read", "detail": "timeout"},
+        {"event": "demand_state_not_restored", "outcome": "kept_own"},
+    ]
+    assert checks.demand_state_reads(log) == ["absent", "restored", "unreachable", "kept_own"]
+
+
+@pytest.mark.parametrize(
+    ("reads", "ok"),
+    [
+        ([], True),
+        (["absent"], True),  # the first activation starts cold
+        (["absent", "restored", "kept_own"], True),
+        (["absent", "restored", "absent"], False),  # a restart lost what was learned
+        (["absent", "stale"], False),
+        (["absent", "unreachable"], False),
+    ],
+)
+def test_every_reactivated_predictor_carries_on_from_what_was_learned(reads: list[str], ok: bool) -> None:
+    ev = replace(_evidence({}), demand_state_reads=reads)
+    got = checks.demand_kept(ev)
+    assert got.ok is ok
+    assert (str(len(reads) - 1) in got.detail) if len(reads) > 1 else "no re-activation" in got.detail

@@ -49,6 +49,8 @@ class Evidence:
     gpus_per: dict[str, int] = field(default_factory=dict)
     kv_keys: dict[str, int] | None = None
     """Live keys per KV bucket at the end (gathered on a NATS cluster run: checked by ``kv_intact``)."""
+    demand_state_reads: list[str] = field(default_factory=list)
+    """Outcome of each read of the saved demand state by a newly active predictor, in order."""
 
 
 def read_log(path: Path, since: float = 0.0) -> list[dict[str, Any]]:
@@ -268,6 +270,35 @@ def kv_intact(ev: Evidence) -> Check:
     return Check("KV state intact (engines, leases, last decision)", not problems, detail)
 
 
+_READ_EVENTS = {"demand_state_restored": "restored", "demand_state_not_read": "unreachable"}
+
+
+def demand_state_reads(log: Iterable[dict[str, Any]]) -> list[str]:
+    """The outcomes of the predictor's reads of its saved demand state, from its log."""
+    out = []
+    for e in log:
+        event = str(e.get("event", ""))
+        if event in _READ_EVENTS:
+            out.append(_READ_EVENTS[event])
+        elif event == "demand_state_not_restored":
+            out.append(str(e.get("outcome", "unknown")))
+    return out
+
+
+def demand_kept(ev: Evidence) -> Check:
+    """Every predictor activation after the first carried on from what was learned: the saved demand
+    state restored, or its own kept (a standby, or an instance that re-took its lease, that had
+    learned as much). The first one starts cold."""
+    later = ev.demand_state_reads[1:]
+    lost = [o for o in later if o not in ("restored", "kept_own")]
+    detail = (
+        f"{len(later)} re-activations: " + ", ".join(f"{o} {n}" for o, n in sorted(Counter(later).items()))
+        if later
+        else "no re-activation"
+    )
+    return Check("the predictor kept what it learned of the demand", not lost, detail)
+
+
 def run_all(ev: Evidence) -> list[Check]:
     found = [
         decision_ids(ev),
@@ -276,6 +307,7 @@ def run_all(ev: Evidence) -> list[Check]:
         decisions_answered(ev),
         requests_kept(ev),
         gpu_budget(ev),
+        demand_kept(ev),
     ]
     if ev.kv_keys is not None:
         found.append(kv_intact(ev))

@@ -29,7 +29,7 @@ class ServiceSpec:
 SPECS: dict[str, ServiceSpec] = {
     "fpm-relay": ServiceSpec("fpm", 2.0, "fpm message (relay heartbeat 2 s)"),
     "regression": ServiceSpec("state", 1.0, "snapshot (tick 1 s)"),
-    "predictor": ServiceSpec("forecast", 5.0, "forecast (interval 5 s)"),
+    "predictor": ServiceSpec("demand", 5.0, "demand forecast (each traffic sample, 5 s)"),
     "decider": ServiceSpec("tick:decide", 3.0, "decision tick (3 s)"),
     "actuator-circus": ServiceSpec("replicas", 2.0, "replicas status (2 s)"),
 }

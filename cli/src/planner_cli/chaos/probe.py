@@ -30,7 +30,15 @@ class MessageClock:
 
     async def attach(self, bus: Bus) -> None:
         s = self.subjects
-        for subject in (s.traffic(), s.forecast(), s.state(), s.decision(), s.ack(), s.replicas()):
+        for subject in (
+            s.traffic(),
+            s.forecast(),
+            s.demand(),
+            s.state(),
+            s.decision(),
+            s.ack(),
+            s.replicas(),
+        ):
             await bus.nc.subscribe(subject, cb=self._on_msg)
         self._bus = bus
 

@@ -168,6 +168,7 @@ async def _evidence(
     names = await asyncio.to_thread(probe.watcher_names, stack.circus)
     act_log = checks.read_log(logs / "actuator-circus.log", t_start)
     gen_log = checks.read_log(logs / "loadgen.log", t_start)
+    pred_log = checks.read_log(logs / "predictor.log", t_start)
     return checks.Evidence(
         stream_decisions=await _stream_decisions(stack),
         bus_decisions=[d for _, d in stack.rec.decisions],
@@ -186,6 +187,7 @@ async def _evidence(
             if e.get("event") == "drain_begin"
         },
         nats_outages=outages,
+        demand_state_reads=checks.demand_state_reads(pred_log),
         requests=stack.requests,
         gpu_budget=cfg.demo.gpu_budget,
         kv_keys=await _kv_keys(stack) if stack.cluster is not None else None,

@@ -132,7 +132,7 @@ def _argv(name: str, cfg: LlamaDemoConfig, nats_url: str, port: int, circus: str
     if name == "fpm-relay":
         argv += ["--scrape-interval-s", "1", "--scrape-timeout-s", "1"]
     elif name == "predictor":
-        argv += ["--source", "engines", "--interval-s", "10"]
+        argv += ["--source", "engines", "--interval-s", "10", "--startup-s", str(cfg.startup_s)]
     elif name == "decider":
         argv += [
             "--policy", cfg.policy, "--components", "agg",

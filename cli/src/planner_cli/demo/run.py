@@ -101,7 +101,8 @@ def _service_argv(
             str(fleet["profile_dir"]),
         ]
     elif name == "predictor":
-        argv += ["--interval-s", "5"]
+        # the demand forecast reaches the first sample a worker ordered now serves: the decider's lead
+        argv += ["--interval-s", "5", "--startup-s", str(cfg.startup_delay_s)]
     elif name == "regression":
         # engine-sim workers are warm right after their simulated model loading; real engines keep
         # the default 120 s cold-start exclusion.

@@ -83,6 +83,9 @@ class DeciderService(Service[DeciderSettings]):
         (unless the stream has a newer one), so that the stream holds what was seen."""
         self._lock = asyncio.Lock()
         self._gpu_at_s: float | None = None
+        comps = set(settings.components)
+        # the predictive floor sizes prefill and decode (an aggregated fleet is sized on load)
+        self._sizes_for_demand = self.cfg.sizes_for_demand and not (comps and comps <= {"agg"})
 
     # ---- lifecycle ----------------------------------------------------------------------------
     async def setup(self) -> None:
@@ -320,7 +323,7 @@ class DeciderService(Service[DeciderSettings]):
         fc = self.latest.fresh_forecast(now_s)
         traffic = self.latest.fresh_traffic(now_s)
         snaps = self.latest.fresh_snapshots(now_s, self.settings.snapshot_max_age_s)
-        if self.cfg.sizes_for_demand:
+        if self._sizes_for_demand:
             fresh = self.latest.fresh_demand(now_s) is not None
             self.metrics.demand_inputs.labels("fresh" if fresh else "missing").inc()
             self.history.demand_ticks[fresh] += 1
