@@ -254,7 +254,8 @@ def settings_from_args(cls: type[S], argv: Sequence[str], prog: str) -> S:
 
 
 class LeaseSettings(BaseSettings, frozen=True, kw_only=True):
-    """What a service with one active instance and optional standbys adds (DESIGN section 4a)."""
+    """What a service with one active instance and optional standbys adds (docs/concepts/design.md,
+    "Leases")."""
 
     lease_ttl_s: Annotated[float, Meta(ge=0.5, le=600)] = 10.0
     """A lease not renewed for this long expires and a standby takes over; the active instance
