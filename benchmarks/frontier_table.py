@@ -18,7 +18,7 @@ from typing import Any
 
 NAMES = {
     "static": "static fleet (hindsight size)",
-    "threshold": "threshold (reference, seed 003)",
+    "threshold": "threshold (reference, original rules)",
     "sla": "sla (reference throughput mode)",
     "load": "load (reference load mode)",
     "combined": "**combined (ours)**",

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from planner_cli.commands.ack import parse_ready
-from planner_core.policy import PolicyConfig, PolicyKind
+from planner_core.policy import PolicyConfig, PolicyKind, ThresholdVariant
 from planner_core.profile import save_decode, save_prefill
 from planner_decider.capacity import load_capacity, profile_files
 from planner_decider.report import DecisionRow, History, TickPoint, render_html, svg_chart
 from planner_decider.settings import DeciderSettings
-from planner_runtime.settings import SettingsError, load_settings
+from planner_runtime.settings import SettingsError, load_settings, settings_from_args
 
 from .decider_helpers import profiles
 
@@ -39,6 +39,37 @@ def test_settings_from_env_yaml_and_flags(tmp_path: Path) -> None:
     assert pc.advisory and pc.max_gpu_budget == 16 and s.ack_timeout_s == 60
     assert s.components == ["prefill", "decode"]
     assert s.tick_s() == 5.0  # load interval; ack_poll_s 10 s is the upper bound
+
+
+@pytest.mark.parametrize("given", ["original_kv_queue", "seed003"])
+def test_threshold_variant_by_its_name_or_its_former_name(
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``seed003`` is read as ``original_kv_queue`` from a config file, the environment and a flag."""
+    monkeypatch.delenv("PLANNER_CONFIG", raising=False)
+    monkeypatch.delenv("PLANNER_THRESHOLD_VARIANT", raising=False)
+    cfg = tmp_path / "decider.yaml"
+    cfg.write_text(f"policy: threshold\nthreshold_variant: {given}\n")
+    from_file = load_settings(DeciderSettings, env={}, config_file=cfg)
+    from_env = load_settings(DeciderSettings, env={"PLANNER_THRESHOLD_VARIANT": given})
+    from_flag = settings_from_args(DeciderSettings, ["--threshold-variant", given], prog="decider")
+    for s in (from_file, from_env, from_flag):
+        assert s.threshold_variant is ThresholdVariant.ORIGINAL_KV_QUEUE
+        assert s.policy_config().threshold_variant is ThresholdVariant.ORIGINAL_KV_QUEUE
+    assert ThresholdVariant(given) is ThresholdVariant.ORIGINAL_KV_QUEUE
+    assert str(from_flag.threshold_variant) == "original_kv_queue"  # what logs and reports show
+
+
+def test_threshold_variant_other_names_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ThresholdVariant("simple_latency") is ThresholdVariant.SIMPLE_LATENCY
+    with pytest.raises(ValueError):
+        ThresholdVariant("seed002")
+    with pytest.raises(SettingsError, match="threshold_variant"):
+        load_settings(DeciderSettings, env={"PLANNER_THRESHOLD_VARIANT": "seed002"})
+    with pytest.raises(SystemExit):
+        settings_from_args(DeciderSettings, ["--threshold-variant", "seed002"], prog="decider")
+    err = capsys.readouterr().err
+    assert "invalid choice: 'seed002'" in err and "original_kv_queue" in err and "seed003" not in err
 
 
 @pytest.mark.parametrize(

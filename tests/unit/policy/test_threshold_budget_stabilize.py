@@ -1,4 +1,4 @@
-"""Threshold rules (seed 003 and the reference's simple ones), GPU budget, stabilisation, rate limits."""
+"""Threshold rules (the reference planner's original and simple ones), GPU budget, stabilisation, rate limits."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def snap(comp: str, loads: list[dict[str, float]]) -> ComponentSnapshot:
     return ComponentSnapshot(namespace="t", component=comp, issued_at_s=0.0, workers=ws, capabilities=CAPS)  # type: ignore[arg-type]
 
 
-SEED = PolicyConfig(threshold_variant=ThresholdVariant.SEED003)
+ORIGINAL = PolicyConfig(threshold_variant=ThresholdVariant.ORIGINAL_KV_QUEUE)
 SIMPLE_T = PolicyConfig(threshold_variant=ThresholdVariant.SIMPLE_THROUGHPUT)
 SIMPLE_L = PolicyConfig(threshold_variant=ThresholdVariant.SIMPLE_LATENCY)
 
@@ -38,15 +38,15 @@ SIMPLE_L = PolicyConfig(threshold_variant=ThresholdVariant.SIMPLE_LATENCY)
 @pytest.mark.parametrize(
     ("cfg", "comp", "loads", "expected"),
     [
-        # seed 003 decode: mean KV usage (0.95 + 0.95) / 2 = 0.95 > 0.9 -> +1
-        (SEED, "decode", [{"kv_usage": 0.95}, {"kv_usage": 0.95}], 3),
+        # original rules, decode: mean KV usage (0.95 + 0.95) / 2 = 0.95 > 0.9 -> +1
+        (ORIGINAL, "decode", [{"kv_usage": 0.95}, {"kv_usage": 0.95}], 3),
         # mean (0.3 + 0.5) / 2 = 0.4 < 0.5 -> -1
-        (SEED, "decode", [{"kv_usage": 0.3}, {"kv_usage": 0.5}], 1),
-        (SEED, "decode", [{"kv_usage": 0.7}, {"kv_usage": 0.7}], 2),
-        # seed 003 prefill: queue ratio = queued / 10000 context; mean (8000 + 4000) / 2 / 10000 = 0.6 > 0.5 -> +1
-        (SEED, "prefill", [{"queued_prefill_tokens": 8000}, {"queued_prefill_tokens": 4000}], 3),
+        (ORIGINAL, "decode", [{"kv_usage": 0.3}, {"kv_usage": 0.5}], 1),
+        (ORIGINAL, "decode", [{"kv_usage": 0.7}, {"kv_usage": 0.7}], 2),
+        # original rules, prefill: queue ratio = queued / 10000 context; mean (8000 + 4000) / 2 / 10000 = 0.6 > 0.5 -> +1
+        (ORIGINAL, "prefill", [{"queued_prefill_tokens": 8000}, {"queued_prefill_tokens": 4000}], 3),
         # mean 0.1 < 0.2 -> -1
-        (SEED, "prefill", [{"queued_prefill_tokens": 1000}, {"queued_prefill_tokens": 1000}], 1),
+        (ORIGINAL, "prefill", [{"queued_prefill_tokens": 1000}, {"queued_prefill_tokens": 1000}], 1),
         # simple/throughput prefill: any r >= 1.0 -> up (12000 / 10000 = 1.2)
         (SIMPLE_T, "prefill", [{"queued_prefill_tokens": 12000}, {}], 3),
         # all r < 0.1 -> down
@@ -83,35 +83,35 @@ def test_threshold_table(cfg: PolicyConfig, comp: str, loads: list[dict[str, flo
     assert res.components[comp].target == expected
 
 
-def test_seed003_decode_grace_after_scale_up() -> None:
+def test_original_rules_decode_grace_after_scale_up() -> None:
     # interval 30 s, grace 3 intervals = 90 s after adding a decode worker
     mem = ThresholdMemory()
     res, mem = threshold_policy(
-        {"decode": snap("decode", [{"kv_usage": 0.95}])}, {"decode": 1}, SEED, 0.0, mem
+        {"decode": snap("decode", [{"kv_usage": 0.95}])}, {"decode": 1}, ORIGINAL, 0.0, mem
     )
     assert res.components["decode"].target == 2
     low = {"decode": snap("decode", [{"kv_usage": 0.1}, {"kv_usage": 0.1}])}
     for now_s in (30.0, 60.0, 89.0):
-        res, mem = threshold_policy(low, {"decode": 2}, SEED, now_s, mem)
+        res, mem = threshold_policy(low, {"decode": 2}, ORIGINAL, now_s, mem)
         assert res.components["decode"].target == 2, now_s
-    res, mem = threshold_policy(low, {"decode": 2}, SEED, 90.0, mem)
+    res, mem = threshold_policy(low, {"decode": 2}, ORIGINAL, 90.0, mem)
     assert res.components["decode"].target == 1
 
 
-def test_seed003_prefill_queue_trend_blocks_scale_up() -> None:
+def test_original_rules_prefill_queue_trend_blocks_scale_up() -> None:
     mem = ThresholdMemory()
     # queue ratio 1.5 at t=0
     _, mem = threshold_policy(
-        {"prefill": snap("prefill", [{"queued_prefill_tokens": 15000}])}, {"prefill": 1}, SEED, 0.0, mem
+        {"prefill": snap("prefill", [{"queued_prefill_tokens": 15000}])}, {"prefill": 1}, ORIGINAL, 0.0, mem
     )
     # 0.6 at t=30: trend -0.9 per interval -> 0.6 - 2.7 < 0.5 within 3 intervals -> no scale-up
     res, mem = threshold_policy(
-        {"prefill": snap("prefill", [{"queued_prefill_tokens": 6000}])}, {"prefill": 1}, SEED, 30.0, mem
+        {"prefill": snap("prefill", [{"queued_prefill_tokens": 6000}])}, {"prefill": 1}, ORIGINAL, 30.0, mem
     )
     assert (res.components["prefill"].target, res.components["prefill"].reason) == (1, Reason.NO_CHANGE)
     # 0.7 at t=60: rising -> +1
     res, mem = threshold_policy(
-        {"prefill": snap("prefill", [{"queued_prefill_tokens": 7000}])}, {"prefill": 1}, SEED, 60.0, mem
+        {"prefill": snap("prefill", [{"queued_prefill_tokens": 7000}])}, {"prefill": 1}, ORIGINAL, 60.0, mem
     )
     assert res.components["prefill"].target == 2
 

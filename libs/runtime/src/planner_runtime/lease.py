@@ -1,4 +1,4 @@
-"""A KV lease for one active instance plus standbys (DESIGN section 4a).
+"""A KV lease for one active instance plus standbys (docs/concepts/design.md, "Leases").
 
 Design (why two holders never act at once)
 ------------------------------------------

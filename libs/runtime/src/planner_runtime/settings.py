@@ -14,7 +14,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -140,6 +140,21 @@ def _coerce_env(tp: Any, raw: str) -> Any:
     return raw
 
 
+def _enum_value(kind: type[enum.Enum]) -> Callable[[str], Any]:
+    """Flag converter for an enum setting: a value the enum accepts (its own, or a former name its
+    ``_missing_`` maps) becomes the current value; anything else is left for argparse's choices check,
+    whose message lists the allowed values."""
+
+    def convert(raw: str) -> Any:
+        try:
+            return kind(raw).value
+        except ValueError:
+            return raw
+
+    convert.__name__ = kind.__name__
+    return convert
+
+
 def add_flags(parser: argparse.ArgumentParser, cls: type[BaseSettings]) -> None:
     parser.add_argument("--config", metavar="FILE", help="YAML settings file (env PLANNER_CONFIG)")
     hints = typing.get_type_hints(cls, include_extras=True)
@@ -169,6 +184,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type[BaseSettings]) -> None:
                 flag_name(f),
                 dest=dest,
                 default=None,
+                type=_enum_value(base) if choices else str,
                 choices=choices or lit or None,
                 metavar=None if (choices or lit) else f.upper(),
                 help=help_text,
@@ -238,7 +254,8 @@ def settings_from_args(cls: type[S], argv: Sequence[str], prog: str) -> S:
 
 
 class LeaseSettings(BaseSettings, frozen=True, kw_only=True):
-    """What a service with one active instance and optional standbys adds (DESIGN section 4a)."""
+    """What a service with one active instance and optional standbys adds (docs/concepts/design.md,
+    "Leases")."""
 
     lease_ttl_s: Annotated[float, Meta(ge=0.5, le=600)] = 10.0
     """A lease not renewed for this long expires and a standby takes over; the active instance

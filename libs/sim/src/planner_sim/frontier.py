@@ -10,7 +10,7 @@ Knobs (5-9 points each, the default among them where there is one):
   for (a factor on its targets does not move it: measured on Azure conv, 0.25-1.5 all gave 91.6 %);
 - ``load`` (the reference's load mode): a factor on the TTFT and ITL targets it is given (below 1 it
   aims under the SLA, i.e. holds headroom); the SLA it is judged on does not move;
-- ``combined`` (ours, and ``combined[MODEL]``): ``PolicyConfig.target_attainment``.
+- ``combined`` (Planner's own policy, and ``combined[MODEL]``): ``PolicyConfig.target_attainment``.
 
 A frontier is the set of (GPU-hours, attainment) points. :func:`gpu_hours_at` reads the GPU-hours
 needed for an attainment off it: the cheapest point that reaches it, or the linear interpolation between

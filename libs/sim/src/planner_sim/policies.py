@@ -2,10 +2,11 @@
 
 - ``static-peak`` / ``static-average``: a fixed fleet sized by the oracle for the peak interval / the
   time-averaged need;
-- ``threshold``: seed 003 (KV utilisation and prefill-queue thresholds), reference behaviour;
+- ``threshold``: the reference planner's original threshold rules (KV utilisation and prefill-queue
+  thresholds, ``original_kv_queue``), reference behaviour;
 - ``sla``: the reference SLA planner, throughput mode with ARIMA, reference behaviour;
-- ``load``: the reference load mode (seed 002), reference regression (OLS, cold starts fitted);
-- ``combined``: ours (predictive floor + load above it, stabilisation, startup-aware), with the
+- ``load``: the reference load mode, reference regression (OLS, cold starts fitted);
+- ``combined``: Planner's own policy (predictive floor + load above it, stabilisation, startup-aware), with the
   ``auto`` forecaster; ``combined[MODEL]`` uses forecaster MODEL instead;
 - ``static`` (frontier sweeps only): a fixed fleet of ``knob`` x the oracle's average need.
 
@@ -102,7 +103,7 @@ def make_controller(name: str, ctx: PolicyContext, knob: float | None = None) ->
         cfg = replace(
             base,
             policy=PolicyKind.THRESHOLD,
-            threshold_variant=ThresholdVariant.SEED003,
+            threshold_variant=ThresholdVariant.ORIGINAL_KV_QUEUE,
             reference_compat=True,
             decode_kv_up=min(base.decode_kv_up * f, 0.99),
             decode_kv_down=min(base.decode_kv_down * f, 0.98),

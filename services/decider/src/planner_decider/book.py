@@ -1,6 +1,6 @@
 """What the decider has issued and which components wait for an ack; pure (``now_s`` is an argument).
 
-Protocol (DESIGN section 3): after a change for a component is issued, no further change for it goes
+Protocol (docs/concepts/protocol.md): after a change for a component is issued, no further change for it goes
 out until a ``completed`` ack with ``decision_id >=`` the issued id arrives, or ``ack_timeout_s``
 passes (then the next change carries the reason ``ack_timeout``). A ``failed`` ack also ends the wait.
 While waiting, decreases still go through: ``decide`` lets a load-mode scale-down pass only when the

@@ -1,4 +1,4 @@
-"""ZMQ PUB of ForwardPassMetrics, framed as the reference engines do (DESIGN section 3)."""
+"""ZMQ PUB of ForwardPassMetrics, framed as the reference engines do (docs/concepts/design.md, "Encoding")."""
 
 from __future__ import annotations
 

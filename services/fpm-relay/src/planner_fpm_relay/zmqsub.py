@@ -8,7 +8,7 @@ one check that remains is cheap: the third frame is received as a ``zmq.Frame``,
 fills in C at receive time (measured here: 0.7-1 us less per message than ``recv`` + ``get``).
 The reader relies on two facts. ZMQ delivers a multipart
 message atomically (once its first frame is readable, all are), and every valid message has the shape
-``[topic, 8 bytes, payload]`` with the engine's constant topic (``b""`` per DESIGN), which a malformed
+``[topic, 8 bytes, payload]`` with the engine's constant topic (``b""``, docs/concepts/design.md), which a malformed
 frame sequence can only imitate by chance. So a message starting with the topic is read as three
 frames and one check that nothing follows; when anything else shows up (no topic first, a sequence
 frame of another size, more frames after the third) the reader falls back to per-frame checks up to

@@ -12,7 +12,7 @@ from planner_proto.decision import ComponentReplicas
 
 
 def apply_budget_pd(p: int, d: int, g_p: int, g_d: int, budget: int, min_replicas: int) -> tuple[int, int]:
-    """REFERENCE formula for a prefill/decode pair over budget ``budget`` GPUs (-1 = none)."""
+    """The reference planner's formula for a prefill/decode pair over budget ``budget`` GPUs (-1 = none)."""
     total = p * g_p + d * g_d
     if budget < 0 or total <= budget:
         return p, d

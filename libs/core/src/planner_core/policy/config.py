@@ -1,4 +1,5 @@
-"""All policy settings in one frozen struct. Defaults follow the reference planner (REFERENCE.md).
+"""All policy settings in one frozen struct. Defaults follow the reference planner (NVIDIA Dynamo's
+planner, whose policies the bench re-implements as baselines; see docs/concepts/design.md).
 
 ``validate_config`` names the field and the allowed range of the first bad value; the decider calls it
 once at start, the simulator once per bench run.
@@ -16,16 +17,29 @@ class PolicyKind(enum.StrEnum):
     THROUGHPUT = "throughput"
     LOAD = "load"
     COMBINED = "combined"
-    """Throughput sets a floor, load adjusts above it (seed 002)."""
+    """A floor (the predictive one, or the throughput mode's), the load policy adding scale-ups above it."""
+
+
+THRESHOLD_VARIANT_ALIASES: dict[str, str] = {"seed003": "original_kv_queue"}
+"""Former names of threshold variants, still accepted on input (config files, env, flags)."""
 
 
 class ThresholdVariant(enum.StrEnum):
-    SEED003 = "seed003"
-    """KV utilisation 0.9/0.5, prefill queue 0.5/0.2, decode grace, prefill queue trend."""
+    ORIGINAL_KV_QUEUE = "original_kv_queue"
+    """The reference planner's original threshold rules: mean KV utilisation (``decode_kv_up`` /
+    ``decode_kv_down``, 0.9 / 0.5) and mean prefill queue (``prefill_queue_up`` / ``prefill_queue_down``,
+    0.5 / 0.2), no decode scale-down for ``decode_grace_intervals`` after adding a decode worker, no
+    prefill scale-up when the queue's trend brings it under the threshold within
+    ``prefill_trend_intervals``. The name ``seed003`` is read as this one."""
     SIMPLE_THROUGHPUT = "simple_throughput"
-    """The reference's simple thresholds, throughput-oriented targets."""
+    """The reference planner's simple thresholds, throughput-oriented targets."""
     SIMPLE_LATENCY = "simple_latency"
-    """The reference's simple thresholds, latency-oriented targets."""
+    """The reference planner's simple thresholds, latency-oriented targets."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> ThresholdVariant | None:
+        new = THRESHOLD_VARIANT_ALIASES.get(str(value))
+        return None if new is None else cls(new)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,43 +73,44 @@ class PolicyConfig:
     # throughput / SLA mode
     use_correction: bool = True
     correction_min: float = 0.1
-    """Bounds for observed correction factors (ours; ignored in reference_compat)."""
+    """Bounds for observed correction factors (not in the reference planner; ignored in reference_compat)."""
     correction_max: float = 10.0
     correction_smoothing: float = 0.5
-    """Ours: weight of a new observation in the correction factors' moving average (1 = no smoothing)."""
+    """Weight of a new observation in the correction factors' moving average (1 = no smoothing)."""
     correction_max_step: float = 1.5
-    """Ours: a correction factor moves by at most this ratio per throughput interval."""
+    """A correction factor moves by at most this ratio per throughput interval."""
     prefill_max_utilisation: float = 0.6
-    """Ours: size prefill so the forecast load uses at most this share of the profiled throughput.
+    """Size prefill so the forecast load uses at most this share of the profiled throughput.
     TTFT is set by queueing behind bursts: on the Azure traces a fleet that meets the TTFT target runs
     its prefill engines at 30-60 % on average (ignored in reference_compat)."""
     decode_max_utilisation: float = 0.75
-    """Ours: likewise for decode. A decode engine past its capacity makes every request wait for
-    admission, so the floor keeps a margin over the profile's best throughput at the ITL target.
-    On the Azure conv trace (one or two decode engines) 0.85 left ITL misses: 98.0 % at 6.44 GPU-h,
-    0.75 gives 99.5 % at 6.66; 0.65 cost the sinusoid 16 % more GPU-hours than 0.85, 0.75 costs it 6 %."""
+    """Likewise for decode. A decode engine past its capacity makes every request wait for
+    admission, so the floor keeps a margin over the profile's best throughput at the ITL target. With
+    one or two decode engines (the Azure conv trace) 0.85 leaves ITL misses; a lower cap costs
+    GPU-hours on large fleets (the sinusoid)."""
     decode_pooled_headroom: bool = True
-    """Ours (predictive floor): ``decode_max_utilisation`` is the cap of one decode engine; a fleet of
+    """Predictive floor: ``decode_max_utilisation`` is the cap of one decode engine; a fleet of
     k keeps (1 - cap) x sqrt(k) engines spare in all instead of (1 - cap) x k (square-root staffing:
     the router spreads the running batch, the fluctuation to absorb grows with its square root)."""
     predictive: bool = True
-    """Ours (combined): the floor is the predictive one (demand of the startup horizon at the target
-    attainment, re-sized on every traffic sample) instead of the throughput mode's (False: seed 002)."""
+    """Combined policy: the floor is the predictive one (demand of the startup horizon at the target
+    attainment, re-sized on every traffic sample); False: the throughput mode's floor, as in the
+    reference planner."""
     demand_interval_s: float = 30.0
-    """Ours: traffic sample interval the simulator's frontend uses for the predictive floor (the
+    """Traffic sample interval the simulator's frontend uses for the predictive floor (the
     decider takes the samples as the frontend publishes them)."""
     target_attainment: float = 0.99
-    """Ours (combined): the share of requests that should meet both targets. The predictive floor
+    """Combined policy: the share of requests that should meet both targets. The predictive floor
     picks, per component, the fewest replicas whose predicted attainment over the startup horizon
     reaches this (the policy's aggressiveness knob: lower is cheaper and riskier)."""
     cold_miss_share: float = 0.5
-    """Ours (combined): while a demand series' forecast errors are not measured yet (a stand-in
+    """Combined policy: while a demand series' forecast errors are not measured yet (a stand-in
     spread sizes its floor), the floor allows this share of the misses ``target_attainment`` allows
     (0.5 at 0.97: sized for 0.985). A fleet's first minutes decide a run's attainment (their misses
     cannot be made up later) and their spread is a guess; the measured spread then sizes at the
     target itself. 1 turns it off."""
     arrival_variability: float = 2.0
-    """Ours: c_a^2 + c_s^2 of prefill arrivals and service in the queueing tail (2 = Poisson arrivals,
+    """c_a^2 + c_s^2 of prefill arrivals and service in the queueing tail (2 = Poisson arrivals,
     exponential service); burstier traffic needs more, and the predictive floor more engines."""
     use_forecast_upper: bool = False
     """Size for ``LoadForecast.num_requests_upper`` when the predictor gives one."""
@@ -111,13 +126,18 @@ class PolicyConfig:
     cold_start_s: float = 60.0
     """Workers younger than this are ignored by the SLA checks and block scale-down."""
     queue_window_s: float = 180.0
-    """Ours: prefill queues of this window are replayed on the fleet: a consolidation must fit every
+    """Load mode: prefill queues of this window are replayed on the fleet: a consolidation must fit every
     one of them, and too many that would still be over target ask for more engines."""
     queue_overload_samples: int = 2
-    """Ours: scale prefill up when this many queues of the window would be over the TTFT target."""
+    """Load mode: scale prefill up when this many queues of the window would be over the TTFT target."""
 
-    # threshold mode (seed 003 defaults, plus the reference's simple variant)
-    threshold_variant: ThresholdVariant = ThresholdVariant.SEED003
+    # threshold mode (the reference planner's original rules and defaults, or its simple thresholds)
+    threshold_variant: ThresholdVariant = ThresholdVariant.ORIGINAL_KV_QUEUE
+    """Threshold policy rules: ``original_kv_queue`` (the reference planner's original rules: mean KV
+    utilisation and prefill queue against the four thresholds below, decode grace, prefill queue
+    trend), ``simple_throughput`` or ``simple_latency`` (the reference planner's simple thresholds:
+    up when any worker crosses, down when all are below, fixed levels). ``seed003`` is read as
+    ``original_kv_queue``."""
     decode_kv_up: float = 0.9
     decode_kv_down: float = 0.5
     prefill_queue_up: float = 0.5

@@ -1,8 +1,8 @@
-"""Load mode (seed 002, REFERENCE "Load mode"): per-engine latency estimates decide +-k.
+"""Load mode (the reference planner's load mode): per-engine latency estimates decide +-k.
 
 Up when **every** engine's estimate exceeds the SLA; down only when the load of N engines spread over
-N-k still fits with ``sensitivity`` headroom (and, for decode, in ``max_kv_tokens``). Ours on top of the
-reference: pending and cold workers count as capacity that is on its way (no pile-up of scale-ups),
+N-k still fits with ``sensitivity`` headroom (and, for decode, in ``max_kv_tokens``). Beyond the reference
+planner: pending and cold workers count as capacity that is on its way (no pile-up of scale-ups),
 multi-step moves when far off, scale-down still allowed while an earlier change is in progress (a
 replica stuck pending must not pin the fleet, its issue 14251), and so is a further scale-up when the
 pending replicas will not cover the load. Decode requests that wait for admission (KV cache or

@@ -1,7 +1,8 @@
-"""Threshold policies: seed 003 (KV utilisation / prefill queue) and the reference's simple thresholds.
+"""Threshold policies: the reference planner's original rules (mean KV utilisation / prefill queue,
+``original_kv_queue``) and its simple thresholds (``simple_throughput``, ``simple_latency``).
 
 Prefill queue ratio of a worker = queued prefill tokens / context length; decode KV utilisation =
-the worker's KV usage (seed 003) or (scheduled + queued KV tokens) / max_kv_tokens (simple).
+the worker's KV usage (original rules) or (scheduled + queued KV tokens) / max_kv_tokens (simple).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def threshold_policy(
     """+-1 per component per evaluation. Scale-down below ``min_replicas`` is left to the clamp."""
     results: dict[str, ComponentResult] = {}
     new_memory = memory
-    simple = cfg.threshold_variant is not ThresholdVariant.SEED003
+    simple = cfg.threshold_variant is not ThresholdVariant.ORIGINAL_KV_QUEUE
     for comp, cur in current.items():
         snap = snapshots.get(comp)
         if comp == PREFILL:

@@ -1,4 +1,4 @@
-"""Throughput (SLA) mode: forecast load + profile capacity -> replicas (seed 001, REFERENCE formulas).
+"""Throughput (SLA) mode: forecast load + profile capacity -> replicas (the reference planner's formulas).
 
 prefill = ceil(count * isl / interval * min(1, prefill_corr) / thpt_per_gpu(isl) / gpus_per_prefill)
 decode  = ceil(count * osl / interval / best_thpt_per_gpu(itl / decode_corr, isl + osl/2) / gpus_per_decode)
@@ -173,7 +173,7 @@ def throughput_policy(
     d_corr = corrections.decode if cfg.use_correction else 1.0
     itl_target = cfg.itl_target_ms / d_corr if d_corr > 0 else cfg.itl_target_ms
     context = isl + osl / 2
-    # ours: throughput derived from the interpolated ITL (REFERENCE interpolates the profiled throughput)
+    # ours: throughput derived from the interpolated ITL (the reference planner interpolates the profiled throughput)
     d_thpt = capacity.decode.best_thpt_per_gpu(itl_target, context, from_itl=not cfg.reference_compat)
     d_load = n * osl / interval
     if finite_pos(d_thpt):
