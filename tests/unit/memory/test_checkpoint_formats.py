@@ -60,11 +60,12 @@ INT4_W = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, 
         ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}, "awq", 4.0 + 20 / 128),
         ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}, "gptq", 4.0 + 20 / 128),
         ({"quant_method": "gptq", "bits": 8, "group_size": 64}, "gptq", 8.0 + 24 / 64),
-        # bitsandbytes nf4: fp32 absmax per 64 (0.5 bit); double quant: 8-bit absmax + fp32 per 256 blocks
+        # bitsandbytes nf4: fp32 absmax per 64 (0.5 bit); a double-quantized checkpoint too, since
+        # vLLM dequantizes the 8-bit absmax to fp32 while loading
         ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": False},
-         "bitsandbytes-4bit", 4.5),
+         "bitsandbytes-4bit", 4.0 + 32 / 64),
         ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": True},
-         "bitsandbytes-4bit", 4.0 + 8 / 64 + 32 / 16384),
+         "bitsandbytes-4bit", 4.0 + 32 / 64),
         ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "bitsandbytes-8bit", 8.0),
         ({"quant_method": "mxfp4"}, "mxfp4", 4.25),
     ],

@@ -52,7 +52,7 @@ def test_broken_rows_are_skipped_with_reasons(
         variant("b1", gpu="TPU v5e", gpu_mem_total_gib=""),  # unknown GPU, no total
         variant("b2", tp="two"),  # free text in a setting
         variant("b3", model_config_file="no-such-model.json"),
-        variant("b4", status="oom"),
+        variant("b4", status="pending"),  # says neither started nor failed
         variant("b5", gpu_memory_utilization="1.5"),  # out of range
         variant("b6", kv_cache_gib="", kv_cache_tokens="", num_gpu_blocks=""),
     ]
@@ -62,23 +62,31 @@ def test_broken_rows_are_skipped_with_reasons(
                 max_concurrency_x=""),  # consumer GPU name from the table; free text in a reported figure
         variant("l2", model_config_file="deepseek-ai--DeepSeek-V2-Lite-Chat.summary.json", kv_cache_gib="40 GiB",
                 kv_cache_tokens="1,380,000", max_concurrency_x=""),  # partial summary: KV layout checked
+        variant("l3", max_num_seqs="1024 (default)", quantization="compressed-tensors w8a8"),  # annotated
+    ]  # fmt: skip
+    failed = [
+        # 0.2 x 79.19 GiB = 15.8 GiB of budget < 15 GiB of weights + 1.9 GiB of activation peak
+        variant("f1", status="failed", gpu_memory_utilization="0.2", kv_cache_gib="", kv_cache_tokens="",
+                num_gpu_blocks="", notes="ValueError: No available memory for the cache blocks."),
+        # a failure the model cannot see (the same settings as a row that started): a missed one
+        variant("f2", status="OOM", notes=""),
     ]  # fmt: skip
     path = tmp_path / "vllm_memory" / "reports.csv"
     path.parent.mkdir()
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()
-        w.writerows([*good, *broken, *lenient])
+        w.writerows([*good, *broken, *lenient, *failed])
     configs = str(shared_data / "model_configs")
     code, out, _ = _run(["--validate", str(path), "--configs-dir", configs, "--json"], capsys)
     assert code == 0, out
-    assert out["coverage"]["evaluated"] == 5 and out["coverage"]["total"] == 11
+    assert out["coverage"]["evaluated"] == 8 and out["coverage"]["total"] == 14
     reasons = {s["row_id"]: s["reason"] for s in out["skipped"]}
     assert set(reasons) == {"b1", "b2", "b3", "b4", "b5", "b6"}
     assert "unknown GPU 'TPU v5e'" in reasons["b1"]
     assert "'tp' is not a number" in reasons["b2"]
     assert "no-such-model.json" in reasons["b3"]
-    assert "status 'oom'" in reasons["b4"]
+    assert "status 'pending'" in reasons["b4"]
     assert "gpu_memory_utilization" in reasons["b5"]
     assert "no reported KV figure" in reasons["b6"]
     rows = {r["row_id"]: r for r in out["rows"]}
@@ -88,7 +96,19 @@ def test_broken_rows_are_skipped_with_reasons(
     # MLA summary, fp8 KV (row 17's setting): 40 GiB / (16 tokens x 27 x 576 x 1 B) = 172,605 blocks
     assert rows["l2"]["predicted"]["kv_cache_tokens"] == 172605 * 16
     assert rows["l2"]["note"].startswith("partial config")
-    assert out["coverage"]["line"].startswith("evaluated 5/11; skipped: 6 (")
+    # "1024 (default)" is 1024, and w8a8 weights are 8-bit: the 16-bit linear layers halve
+    one = rows[base["row_id"]]["predicted"]
+    w8 = rows["l3"]["predicted"]
+    assert w8["weights_gib"] < 0.6 * one["weights_gib"]
+    assert w8["non_kv_gib"] - w8["weights_gib"] == pytest.approx(one["non_kv_gib"] - one["weights_gib"])
+    # failed start-ups are evaluated on their outcome, with the report's reason
+    assert rows["f1"]["predicted_failure"].startswith("No available memory") and not rows["f1"]["error_pct"]
+    assert "No available memory" in rows["f1"]["note"]
+    assert rows["f2"]["predicted_failure"] is None
+    assert out["outcome"] == {"rows": 7, "reported_failed": 2, "failed_predicted": 1, "false_failures": 0}
+    assert out["coverage"]["line"].startswith(
+        "evaluated 8/14 (2 failed start-ups, judged on their outcome); skipped: 6 ("
+    )
     # text output does not crash either and ends with the coverage line
     code, _, _ = _run(["--validate", str(path), "--configs-dir", configs], capsys)
     assert code == 0

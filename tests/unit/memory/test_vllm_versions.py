@@ -11,7 +11,13 @@ import pytest
 
 from planner_core.hardware import gpu_spec
 from planner_core.memory import EngineSettings, predict_memory
-from planner_core.memory.failure import NO_MEMORY, kv_cache_memory_bytes, predict_failure
+from planner_core.memory.failure import (
+    NO_MEMORY,
+    kv_cache_memory_bytes,
+    load_oom,
+    predict_failure,
+    profile_oom,
+)
 from planner_core.memory.settings import default_gpu_memory_utilization
 from planner_core.modelcfg import load_model_config
 
@@ -43,8 +49,21 @@ def test_graphs_counted_before_kv_from_0_21(llama8b) -> None:  # type: ignore[no
 def test_failures_in_vllm_words(shared_data: Path, llama8b) -> None:  # type: ignore[no-untyped-def]
     big = load_model_config(shared_data / "model_configs" / "meta-llama--Llama-3.1-70B.json")
     s = EngineSettings(max_model_len=8192)
-    b = predict_memory(big, gpu_spec("L4").memory_gib, s)
+    l4 = gpu_spec("L4").memory_gib
+    b = predict_memory(big, l4, s)
+    # 131 GiB of weights do not load on a 22 GiB card at all
+    assert b.weights_gib > l4
+    assert predict_failure(b, s) == load_oom(b)
+    # the 8B's 15 GiB load, but half of the card leaves no budget for KV blocks
+    s = EngineSettings(max_model_len=8192, gpu_memory_utilization=0.5)
+    b = predict_memory(llama8b, l4, s)
+    assert b.weights_gib + b.activation_gib + b.non_torch_gib < l4 and b.kv_cache_gib < 0
     assert predict_failure(b, s) == NO_MEMORY
+    # the same at full utilisation, but with a profile peak the card cannot hold
+    s = EngineSettings(max_model_len=8192, gpu_memory_utilization=1.0, max_num_batched_tokens=65536)
+    b = predict_memory(llama8b, l4, s)
+    assert b.weights_gib + b.non_torch_gib < l4 < b.weights_gib + b.activation_gib + b.non_torch_gib
+    assert predict_failure(b, s) == profile_oom(b)
     # 8B bf16 on a 24 GB card: ~5 GiB of KV = ~40k tokens, short of one 131072-token request
     s = EngineSettings(max_model_len=131072, max_num_seqs=16)
     b = predict_memory(llama8b, gpu_spec("RTX 4090").memory_gib, s)

@@ -212,6 +212,14 @@ class ModelConfig:
             total += self._layer_kv_elems(layer, tp) * elem
         return total
 
+    def layer_kv_bytes_per_token(self, index: int, kv_dtype: str = "auto", tp: int = 1) -> float:
+        """KV-cache bytes one token occupies in decoder layer ``index`` on one TP rank (a summary
+        without per-layer data spreads its per-token figure evenly over the layers)."""
+        if not self.layers:
+            return self.kv_bytes_per_token(kv_dtype, tp) / self.num_layers
+        elem = self.dtype_bytes if kv_dtype == "auto" else dtype_bytes(kv_dtype, self.source)
+        return self._layer_kv_elems(self.layers[index], tp) * elem
+
     def _layer_kv_elems(self, layer: LayerAttention, tp: int) -> float:
         if self.mla is not None:
             return float(self.mla.kv_lora_rank + self.mla.qk_rope_head_dim)

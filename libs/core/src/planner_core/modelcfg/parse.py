@@ -137,8 +137,19 @@ def parse_hf_config(raw: dict[str, object], src: str) -> ModelConfig:
     quant_raw = raw.get("quantization_config", t.get("quantization_config"))
     quant = parse_quant(quant_raw, src)
     notes: list[str] = []
-    if quant is not None and quant.method.startswith("bitsandbytes"):
-        notes.append("bitsandbytes quantization_config from a re-saved checkpoint")
+    if quant is not None and quant.method.startswith("bitsandbytes") and _dtype(t, raw) == "float32":
+        # A bitsandbytes entry beside torch_dtype float32 is what transformers writes when a model
+        # loaded with load_in_8bit/4bit for training is saved again (with use_cache false): the
+        # checkpoint it describes is a local copy, not the one a server loads. A checkpoint
+        # quantized for serving states its 16-bit compute dtype. The one such config in the shared
+        # data (CodeLlama-7b, see model_configs/SOURCES.md) sits beside reports of the unquantized
+        # model, whose weights are 16-bit: trusting the entry halves them. So the entry is dropped;
+        # `--quantization bitsandbytes` (a report's quantization column) still applies it.
+        notes.append(
+            f"quantization_config ({quant.method}) ignored: with torch_dtype float32 it is a re-save "
+            "after a training-time load, not the served checkpoint's"
+        )
+        quant = None
     moe = _moe(t, n_layers, src)
     inter = _int(t, "intermediate_size_mlp", src, _int(t, "intermediate_size", src, 4 * hidden))
     return ModelConfig(
