@@ -26,7 +26,8 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict
 @pytest.mark.parametrize(
     ("text", "value"),
     [("58.11", 58.11), ("58.11 GiB", 58.11), ("~58", 58.0), ("1,024", 1024.0), ("116.21x", 116.21),
-     ("n/a", None), ("about 5", None), ("", None)],
+     ("256 (default)", 256.0), ("8192 [set by --max-model-len]", 8192.0), ("0.9 (default) (V1)", 0.9),
+     ("2048 # default", 2048.0), ("n/a", None), ("about 5", None), ("(default)", None), ("", None)],
 )  # fmt: skip
 def test_parse_number(text: str, value: float | None) -> None:
     assert parse_number(text) == value
@@ -130,3 +131,42 @@ def test_dev_reports_within_targets(shared_data: Path, capsys: pytest.CaptureFix
     assert s["kv_cache_gib"]["median_abs_pct"] <= 2 and s["kv_cache_gib"]["max_abs_pct"] <= 8
     assert s["max_concurrency"]["max_abs_pct"] <= 9.9
     assert set(s) == {"weights_gib", "non_kv_gib", "kv_cache_gib", "kv_cache_tokens", "max_concurrency"}
+
+
+@pytest.mark.parametrize(
+    ("status", "started"),
+    [("ok", True), ("", True), ("failed", False), ("OOM", False), ("error: CUDA out of memory", False),
+     ("would not start", False), ("pending", None), ("partial", None)],
+)  # fmt: skip
+def test_status_classes(status: str, started: bool | None) -> None:
+    from planner_core.memory.reports import classify_status
+
+    assert classify_status(status) is started
+
+
+def test_unsupported_versions_and_engines_are_refused_per_row(
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = shared_data / "vllm_memory" / "reports_dev.csv"
+    with src.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields = list(reader.fieldnames or [])
+        base = next(reader)
+    rows = [
+        {**base, "row_id": "old", "vllm_version": "0.5.4"},
+        {**base, "row_id": "v0", "engine": "V0"},
+        {**base, "row_id": "junk", "vllm_version": "latest"},
+        {**base, "row_id": "ok"},
+    ]
+    path = tmp_path / "r.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    configs = str(shared_data / "model_configs")
+    code, out, _ = _run(["--validate", str(path), "--configs-dir", configs, "--json"], capsys)
+    assert code == 0 and out["coverage"]["evaluated"] == 1
+    reasons = {s["row_id"]: s["reason"] for s in out["skipped"]}
+    assert "vLLM 0.5.4 is not supported" in reasons["old"] and "0.8.0" in reasons["old"]
+    assert "engine V0 is not supported" in reasons["v0"]
+    assert "'latest' is not a version" in reasons["junk"]

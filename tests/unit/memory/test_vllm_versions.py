@@ -18,7 +18,7 @@ from planner_core.memory.failure import (
     predict_failure,
     profile_oom,
 )
-from planner_core.memory.settings import default_gpu_memory_utilization
+from planner_core.memory.settings import default_gpu_memory_utilization, parse_version, version_problem
 from planner_core.modelcfg import load_model_config
 
 
@@ -101,3 +101,44 @@ def test_cli_flags_and_version(shared_data: Path, capsys: pytest.CaptureFixture[
         flag = next(f for f in out["flags"] if f.startswith("--kv-cache-memory="))
         kv[version] = int(flag.split("=")[1])
     assert kv["0.19"] > 0 and kv["0.21"] > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "version"), [("0.19.0", (0, 19, 0)), ("v0.9.1rc2", (0, 9, 1)), ("0.21", (0, 21, 0)), ("", (0, 19, 0))]
+)  # fmt: skip
+def test_parse_version(text: str, version: tuple[int, ...]) -> None:
+    assert parse_version(text) == version
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [("0.6.3", "planner autotune: vLLM 0.6.3 is not supported: the memory model follows the V1 engine's "
+                "start-up (vLLM 0.8.0 to 0.21.x)\n"),
+     ("nightly", "planner autotune: vllm_version 'nightly' is not a version like 0.19.0\n")],
+)  # fmt: skip
+def test_cli_refuses_versions_in_one_line(
+    shared_data: Path, capsys: pytest.CaptureFixture[str], version: str, message: str
+) -> None:
+    from planner_cli.commands import autotune
+
+    parser = argparse.ArgumentParser()
+    autotune.add_arguments(parser)
+    cfg = str(shared_data / "model_configs" / "meta-llama--Llama-3.1-8B.json")
+    code = autotune.run(parser.parse_args(["--model", cfg, "--vllm-version", version, "--json"]))
+    cap = capsys.readouterr()
+    assert code == 2 and cap.out == "" and cap.err == message
+
+
+def test_newer_versions_warn_once_and_estimate(shared_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from planner_cli.commands import autotune
+
+    parser = argparse.ArgumentParser()
+    autotune.add_arguments(parser)
+    cfg = str(shared_data / "model_configs" / "meta-llama--Llama-3.1-8B.json")
+    code = autotune.run(
+        parser.parse_args(["--model", cfg, "--vllm-version", "0.30.1", "--tp", "1", "--json"])
+    )
+    cap = capsys.readouterr()
+    assert code == 0 and json.loads(cap.out)["feasible"]
+    assert cap.err.count("\n") == 1 and "newer than the newest version modelled (0.21)" in cap.err
+    assert version_problem((0, 8, 0)) is None and version_problem((0, 7, 3)) is not None
