@@ -12,6 +12,7 @@ from planner_core.modelcfg.model import (
     _QKV_BIAS_MODEL_TYPES,
     _UNGATED_MODEL_TYPES,
     LayerAttention,
+    LayerKind,
     MLAConfig,
     ModelConfig,
     ModelConfigError,
@@ -190,9 +191,25 @@ def parse_summary(raw: dict[str, object], src: str) -> ModelConfig:
     attn_label = str(raw.get("attention_type_per_llm_d_planner", "")).lower()
     notes = [str(raw[k]) for k in ("_caveat", "_mla_note") if isinstance(raw.get(k), str)]
     layers: tuple[LayerAttention, ...] = ()
-    if not isinstance(kv_bf16, int):
-        # no recorded KV figure: derive it from the heads (standard attention assumed)
-        layers = tuple(LayerAttention("full", kv_heads, head_dim) for _ in range(n_layers))
+    mla: MLAConfig | None = None
+    if isinstance(raw.get("kv_lora_rank"), int) and isinstance(raw.get("qk_rope_head_dim"), int):
+        # MLA fields present: the cache holds the latent and the rope key, whatever figure is recorded
+        mla = MLAConfig(
+            kv_lora_rank=_int(raw, "kv_lora_rank", src),
+            qk_rope_head_dim=_int(raw, "qk_rope_head_dim", src),
+            qk_nope_head_dim=_int(raw, "qk_nope_head_dim", src, 0),
+            v_head_dim=_int(raw, "v_head_dim", src, 0),
+        )
+        layers = tuple(LayerAttention("full", 1, 0) for _ in range(n_layers))
+        kv_bf16 = None
+        notes.append("MLA: KV bytes from the summary's kv_lora_rank + qk_rope_head_dim")
+    elif not isinstance(kv_bf16, int):
+        # no recorded KV figure: derive it from the heads (standard attention assumed), with the
+        # window of a summary that gives one
+        window = raw.get("sliding_window")
+        w = window if isinstance(window, int) and window > 0 else None
+        kind: LayerKind = "sliding" if w is not None else "full"
+        layers = tuple(LayerAttention(kind, kv_heads, head_dim, w) for _ in range(n_layers))
     elif "latent" in attn_label:
         notes.append("MLA: KV bytes taken from the summary's per-token figure")
     heads = _int(raw, "num_attention_heads", src, 0)
@@ -213,6 +230,7 @@ def parse_summary(raw: dict[str, object], src: str) -> ModelConfig:
         dtype=_dtype(raw, raw),
         max_position_embeddings=_int(raw, "max_position_embeddings", src, 0),
         layers=layers,
+        mla=mla,
         multimodal="ConditionalGeneration" in arch,
         missing=missing,
         summary_kv_bytes_per_token_bf16=kv_bf16 if isinstance(kv_bf16, int) else None,
