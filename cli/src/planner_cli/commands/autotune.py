@@ -48,6 +48,9 @@ def _breakdown_dict(b: Any) -> dict[str, Any]:
         "num_gpu_blocks": b.num_gpu_blocks,
         "kv_cache_tokens": b.kv_cache_tokens,
         "max_concurrency": round(b.max_concurrency, 2),
+        "physical_kv_tokens": b.physical_kv_tokens,
+        "physical_max_concurrency": round(b.physical_max_concurrency, 2),
+        "kv_groups": b.kv_groups,
         "num_capture_sizes": len(b.capture_sizes),
     }
 
@@ -318,7 +321,13 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     b = best.breakdown
     console.print(
-        f"KV tokens {b.kv_cache_tokens:,}  blocks {b.num_gpu_blocks:,}  max concurrency {b.max_concurrency:.1f}"
+        f"as vLLM logs it: KV tokens {b.kv_cache_tokens:,}  blocks {b.num_gpu_blocks:,}  "
+        f"max concurrency {b.max_concurrency:.2f}x for {best.settings.max_model_len:,} tokens per request"
     )
+    if b.physical_max_concurrency > b.max_concurrency * 1.005 or b.physical_kv_tokens != b.kv_cache_tokens:
+        console.print(
+            f"physically: {b.physical_kv_tokens:,} tokens of every layer, "
+            f"{b.physical_max_concurrency:.2f} requests of max_model_len (window layers keep their window)"
+        )
     console.print(f"Pareto front: {len(result.pareto)} configs; rejected: {result.rejected_by_reason()}")
     return 0
