@@ -142,7 +142,7 @@ def test_predicted_refusal_quotes_the_estimated_length() -> None:
         "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 2304,
         "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
         "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000, "sliding_window": 4096,
-        "max_position_embeddings": 8192, "torch_dtype": "bfloat16",
+        "max_position_embeddings": 2_097_152, "torch_dtype": "bfloat16",
     }  # fmt: skip
     m = parse_hf_config(cfg, "gemma2-2b-like")
     s = EngineSettings(gpu_memory_utilization=0.3, max_model_len=1_048_576, max_num_seqs=16)

@@ -142,3 +142,27 @@ def test_newer_versions_warn_once_and_estimate(shared_data: Path, capsys: pytest
     assert code == 0 and json.loads(cap.out)["feasible"]
     assert cap.err.count("\n") == 1 and "newer than the newest version modelled (0.21)" in cap.err
     assert version_problem((0, 8, 0)) is None and version_problem((0, 7, 3)) is not None
+
+
+@pytest.mark.parametrize(
+    ("rope", "max_pos", "derived"),
+    [(None, 32768, 32768),
+     ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 131072, 131072),
+     ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 32768, 131072),
+     ({"type": "linear", "factor": 2.0}, 4096, 8192)],
+)  # fmt: skip
+def test_max_model_len_beyond_the_model_is_refused(
+    llama8b, rope: dict[str, object] | None, max_pos: int, derived: int
+) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from planner_core.modelcfg.parse import derived_max_len
+
+    assert derived_max_len({"max_position_embeddings": max_pos, "rope_scaling": rope}, "t") == derived
+    m = replace(llama8b, derived_max_model_len=derived)
+    ok = EngineSettings(max_model_len=derived, max_num_seqs=8, gpu_memory_utilization=0.95)
+    over = EngineSettings(max_model_len=derived + 1, max_num_seqs=8, gpu_memory_utilization=0.95)
+    msg = predict_failure(predict_memory(m, 141.0, over), over)
+    assert msg is not None and msg.startswith(f"User-specified max_model_len ({derived + 1}) is greater")
+    first = predict_failure(predict_memory(m, 141.0, ok), ok)
+    assert first is None or not first.startswith("User-specified")

@@ -45,6 +45,7 @@ class MemoryBreakdown:
     needed_kv_gib: float = 0.0  # one max_model_len request, as vLLM's start-up check counts it
     kv_groups: int = 1  # vLLM's KV-cache groups (> 1: the hybrid manager keeps attention types apart)
     estimated_max_model_len: int = 0  # set when one request does not fit: vLLM's suggestion
+    model_max_len: int = 0  # the config's limit on max_model_len (vLLM's derived one; 0: unknown)
 
     @property
     def non_kv_gib(self) -> float:
@@ -113,6 +114,7 @@ def predict_stage(
         needed_kv_gib=lay.needed_bytes / GIB,
         kv_groups=lay.groups,
         estimated_max_model_len=longest,
+        model_max_len=model.derived_max_model_len,
     )
 
 

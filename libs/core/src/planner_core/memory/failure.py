@@ -35,11 +35,18 @@ def profile_oom(b: MemoryBreakdown) -> str:
 def predict_failure(b: MemoryBreakdown, settings: EngineSettings) -> str | None:
     """vLLM's error for this start-up, or None when it starts.
 
-    In the order vLLM meets them: the weights do not fit the GPU (CUDA out of memory while loading);
+    In the order vLLM meets them: ``max_model_len`` beyond the model's derived limit (refused while
+    reading the config, unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set, which this does not model); the
+    weights do not fit the GPU (CUDA out of memory while loading);
     the profile run's peak does not (out of memory before the KV cache is sized); nothing is left in
     the budget for KV blocks; one request of ``max_model_len`` needs more KV than the budget holds
     (counted as vLLM counts it: sliding windows plus one scheduler step, padding of hybrid groups).
     """
+    if 0 < b.model_max_len < settings.max_model_len:
+        return (
+            f"User-specified max_model_len ({settings.max_model_len}) is greater than the derived "
+            f"max_model_len ({b.model_max_len} from the model's config.json)."
+        )
     if b.weights_gib + b.non_torch_gib > b.gpu_total_gib:
         return load_oom(b)
     if b.weights_gib + b.activation_gib + b.non_torch_gib > b.gpu_total_gib:

@@ -90,6 +90,9 @@ class ModelConfig:
     tie_word_embeddings: bool
     dtype: str  # checkpoint dtype, e.g. "bfloat16"
     max_position_embeddings: int = 0
+    # vLLM's "derived max_model_len": max_position_embeddings, scaled by a RoPE factor where vLLM
+    # scales it (0: unknown). A longer --max-model-len is refused at start-up.
+    derived_max_model_len: int = 0
     gated_mlp: bool = True
     qkv_bias: bool = False
     quant: QuantConfig | None = None

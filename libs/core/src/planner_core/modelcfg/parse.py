@@ -62,6 +62,27 @@ def _layer_types(t: dict[str, object], n_layers: int, src: str) -> list[str]:
     return ["full_attention"] * n_layers
 
 
+# RoPE types whose factor vLLM does not apply to the context limit (the config's
+# max_position_embeddings already is the extended length)
+_ROPE_UNSCALED = frozenset({"su", "longrope", "llama3", "default", "mrope", "proportional"})
+
+
+def derived_max_len(t: dict[str, object], src: str) -> int:
+    """vLLM's derived max_model_len: max_position_embeddings, times the RoPE factor for the scalings
+    vLLM extends by (for YaRN, the original length times the factor); 0 when the config gives none."""
+    base = _int(t, "max_position_embeddings", src, 0)
+    rope = t.get("rope_scaling")
+    if not isinstance(rope, dict) or base == 0:
+        return base
+    kind = str(rope.get("rope_type", rope.get("type", ""))).lower()
+    factor = rope.get("factor")
+    if kind in _ROPE_UNSCALED or not isinstance(factor, int | float) or factor <= 0:
+        return base
+    if kind == "yarn":
+        base = _int(rope, "original_max_position_embeddings", src, base)
+    return int(base * factor)
+
+
 def _moe(t: dict[str, object], n_layers: int, src: str) -> MoEConfig | None:
     n_exp = t.get("num_experts") or t.get("num_local_experts") or t.get("n_routed_experts")
     if not isinstance(n_exp, int) or n_exp <= 1:
@@ -167,6 +188,7 @@ def parse_hf_config(raw: dict[str, object], src: str) -> ModelConfig:
         tie_word_embeddings=bool(tie),
         dtype=_dtype(t, raw),
         max_position_embeddings=_int(t, "max_position_embeddings", src, 0),
+        derived_max_model_len=derived_max_len(t, src),
         gated_mlp=mt not in _UNGATED_MODEL_TYPES,
         qkv_bias=mt in _QKV_BIAS_MODEL_TYPES or t.get("attention_bias") is True,
         quant=quant,
@@ -229,6 +251,7 @@ def parse_summary(raw: dict[str, object], src: str) -> ModelConfig:
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
         dtype=_dtype(raw, raw),
         max_position_embeddings=_int(raw, "max_position_embeddings", src, 0),
+        derived_max_model_len=derived_max_len(raw, src),
         layers=layers,
         mla=mla,
         multimodal="ConditionalGeneration" in arch,
