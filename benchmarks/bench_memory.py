@@ -5,7 +5,11 @@ figures for KV: in-sample (parameters fitted on all rows, the shipped defaults),
 (refit without the row), and leave-one-model-out (refit without any row of that model: the honest
 one, since many rows repeat the same model and settings).
 
-    uv run python benchmarks/bench_memory.py [--csv PATH] [--configs DIR] [--json]
+    uv run python benchmarks/bench_memory.py [--csv PATH] [--configs DIR] [--json] [--peer-python PY]
+
+``--peer-python`` names the interpreter of a venv holding llm-d-planner and transformers: both tools
+then run on the rows both can estimate (KV GiB, KV tokens, max concurrency; |error| % median / p90 /
+max), see ``benchmarks/memory_peer_llmd.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,11 +44,61 @@ def _stats(errs: list[float | None]) -> dict[str, float | None]:
     return {"median_abs_pct": round(statistics.median(vals), 3), "max_abs_pct": round(max(vals), 3)}
 
 
+def _p90(vals: list[float]) -> float:
+    v = sorted(vals)
+    return v[0] if len(v) == 1 else statistics.quantiles(v, n=10, method="inclusive")[8]
+
+
+def _versus_peer(python: str, reports: list[Any], validation: Any, load: Any) -> dict[str, Any]:
+    """Ours and llm-d-planner's |error| % on the rows both can estimate (started, full config)."""
+    ours = {
+        c.report.row_id: c for c in validation.checked if c.report.started and "kv_cache_gib" in c.predicted
+    }
+    rows = []
+    for r in reports:
+        if r.row_id not in ours:
+            continue
+        m = load(r.model_config_file)
+        label = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}.get(m.dtype, "BF16")
+        s = r.settings
+        rows.append({"row_id": r.row_id, "config": m.source, "params": {label: m.total_params()},
+                     "gpu_gib": r.gpu_total_gib, "util": s.gpu_memory_utilization, "tp": s.tp, "pp": s.pp,
+                     "mml": s.max_model_len, "block": s.block_size,
+                     "seqs": s.resolved_max_num_seqs(r.gpu_total_gib)})  # fmt: skip
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
+        json.dump(rows, fh)
+        fh.flush()
+        script = Path(__file__).with_name("memory_peer_llmd.py")
+        done = subprocess.run([python, str(script), fh.name], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["peer failed"])[-1]}
+    peer = {p["row_id"]: p for p in json.loads(done.stdout)}
+    both = [rid for rid in ours if rid in peer and "error" not in peer[rid]]
+    rep = {r.row_id: r for r in reports}
+    out: dict[str, Any] = {"rows": f"{len(both)} of {len(reports)} evaluable rows"}
+    for comp in ("kv_cache_gib", "kv_cache_tokens", "max_concurrency"):
+        o: list[float] = []
+        q: list[float] = []
+        for rid in both:
+            ref = getattr(rep[rid], comp)
+            if not ref:
+                continue
+            o.append(abs(ours[rid].predicted[comp] - ref) / ref * 100)
+            q.append(abs(peer[rid][comp] - ref) / ref * 100)
+        if o:
+            out[comp] = (
+                f"n={len(o)} ours {statistics.median(o):.2f} / {_p90(o):.2f} / {max(o):.2f}; "
+                f"llm-d-planner {statistics.median(q):.2f} / {_p90(q):.2f} / {max(q):.2f}"
+            )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     ap.add_argument("--csv", default=str(DATA / "vllm_memory" / "reports_dev.csv"))
     ap.add_argument("--configs", default=str(DATA / "model_configs"))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--peer-python", help="python of a venv with llm-d-planner: compare on the same rows")
     args = ap.parse_args()
 
     reports, skipped = read_reports(args.csv)
@@ -105,12 +161,15 @@ def main() -> int:
         "cuda_graph": _stats([o["graph_err_pct"] for o in out]),
         "target": {"kv_median_abs_pct": 2.0, "kv_max_abs_pct": 8.0, "kv_lomo_max_abs_pct": 10.0},
         "coverage": validation.coverage_line(),
+        "outcome": validation.outcome_line(),
         "components_in_sample": {
             k: f"n={v.n} median {v.median_abs_pct:.3f} p90 {v.p90_abs_pct:.3f} max {v.max_abs_pct:.3f}"
             for k, v in validation.stats().items()
         },
         "skipped": [f"{sk.row_id}: {sk.reason}" for sk in validation.skipped],
     }
+    if args.peer_python:
+        summary["versus_llm_d_planner"] = _versus_peer(args.peer_python, reports, validation, load)
     if args.json:
         print(json.dumps({"summary": summary, "rows": out}, indent=1))
         return 0

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from planner_core.modelcfg import ModelConfigError, load_model_config, parse_hf_config
+from planner_core.memory import DEFAULT_PARAMS, EngineSettings
+from planner_core.memory.weights import weight_bytes_rank
+from planner_core.modelcfg import ModelConfigError, load_model_config, parse_hf_config, quant_from_flag
 
 LINEAR = 32 * (4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336)
 REST = 2 * 128256 * 4096 + 65 * 4096
@@ -60,11 +62,12 @@ INT4_W = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, 
         ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}, "awq", 4.0 + 20 / 128),
         ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}, "gptq", 4.0 + 20 / 128),
         ({"quant_method": "gptq", "bits": 8, "group_size": 64}, "gptq", 8.0 + 24 / 64),
-        # bitsandbytes nf4: fp32 absmax per 64 (0.5 bit); double quant: 8-bit absmax + fp32 per 256 blocks
+        # bitsandbytes nf4: fp32 absmax per 64 (0.5 bit); a double-quantized checkpoint too, since
+        # vLLM dequantizes the 8-bit absmax to fp32 while loading
         ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": False},
-         "bitsandbytes-4bit", 4.5),
+         "bitsandbytes-4bit", 4.0 + 32 / 64),
         ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": True},
-         "bitsandbytes-4bit", 4.0 + 8 / 64 + 32 / 16384),
+         "bitsandbytes-4bit", 4.0 + 32 / 64),
         ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "bitsandbytes-8bit", 8.0),
         ({"quant_method": "mxfp4"}, "mxfp4", 4.25),
     ],
@@ -196,3 +199,43 @@ def test_cli_unknown_quantization_one_line_exit_2(tmp_path: Path, capsys: pytest
     assert profile.run(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--quantization: unsupported method 'int3'" in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "method", "bits"),
+    [("compressed-tensors w8a8", "compressed-tensors:w8a8", 8.0),
+     ("compressed-tensors W4A16", "compressed-tensors:w4a16", 4.0 + 16 / 128),
+     ("compressed_tensors", "compressed-tensors:fp8-dynamic", 8.0),
+     ("bnb-4bit", "bitsandbytes-4bit", 4.5), ("bitsandbytes 8-bit", "bitsandbytes-8bit", 8.0),
+     ("GPTQ int8", "gptq", 8.0 + 24 / 128), ("AWQ (4-bit)", "awq", 4.0 + 20 / 128), ("FP8", "fp8", 8.0),
+     ("modelopt nvfp4", "modelopt-nvfp4", 4.5), ("none", None, 0.0)],
+)  # fmt: skip
+def test_quantization_spellings(flag: str, method: str | None, bits: float) -> None:
+    q = quant_from_flag(flag)
+    assert (q.method if q else None) == method
+    if q is not None:
+        assert q.weight_bits == pytest.approx(bits)
+
+
+def test_unknown_quantization_spelling_names_the_known_ones() -> None:
+    with pytest.raises(ModelConfigError, match=r"unsupported method 'squeezellm'.*known: .*fp8"):
+        quant_from_flag("squeezellm")
+
+
+def test_resaved_bitsandbytes_config_is_not_trusted() -> None:
+    """A bitsandbytes entry beside torch_dtype float32 (a training-time re-save) is dropped: the
+    weights are 16-bit as served; a 16-bit checkpoint's bitsandbytes entry is kept."""
+    bnb8 = {"quant_method": "bitsandbytes", "load_in_8bit": True}
+    resaved = parse_hf_config(_llama(quantization_config=bnb8, torch_dtype="float32"), "resaved")
+    served = parse_hf_config(_llama(quantization_config=bnb8), "served")
+    plain = parse_hf_config(_llama(), "plain")
+    assert resaved.quant is None and "ignored" in resaved.notes[0]
+    assert served.quant is not None and served.quant.method == "bitsandbytes-8bit"
+    s = EngineSettings(dtype="float16")
+    assert weight_bytes_rank(resaved, s, DEFAULT_PARAMS) == weight_bytes_rank(plain, s, DEFAULT_PARAMS)
+    assert weight_bytes_rank(served, s, DEFAULT_PARAMS) < 0.6 * weight_bytes_rank(plain, s, DEFAULT_PARAMS)
+    # a report that names bitsandbytes still gets it
+    flagged = EngineSettings(dtype="float16", quantization="bitsandbytes")
+    assert weight_bytes_rank(resaved, flagged, DEFAULT_PARAMS) < 0.45 * weight_bytes_rank(
+        plain, s, DEFAULT_PARAMS
+    )

@@ -99,3 +99,22 @@ def test_gpu_lookup(name: str, expected: str) -> None:
 def test_unknown_gpu() -> None:
     with pytest.raises(UnknownGpuError, match="known"):
         gpu_spec("tpu-v5")
+
+
+def test_partial_summaries_give_kv_per_token_from_the_fields_they_have() -> None:
+    from planner_core.modelcfg import parse_summary
+
+    base = {"_note": "partial", "num_hidden_layers": 27, "num_key_value_heads": 16, "head_dim": 128}
+    # no recorded figure: from the heads, 27 x 16 x 128 x 2 x 2 bytes
+    heads = parse_summary(dict(base), "heads")
+    assert heads.kv_bytes_per_token("auto") == 27 * 16 * 128 * 2 * 2
+    # MLA fields win over a recorded MHA-style figure: 27 x (512 + 64) x 2 bytes, on every TP rank
+    mla = parse_summary(
+        {**base, "per_token_kv_bytes_bf16": 221184, "kv_lora_rank": 512, "qk_rope_head_dim": 64}, "mla"
+    )
+    assert mla.kv_bytes_per_token("auto") == 27 * 576 * 2 == mla.kv_bytes_per_token("auto", tp=4)
+    # a sliding window in the summary: the layers keep it (for the physical per-request figure)
+    sw = parse_summary({**base, "sliding_window": 4096}, "sw")
+    assert all(layer.window_tokens == 4096 for layer in sw.layers)
+    assert sw.kv_bytes_per_request(8192) == pytest.approx(heads.kv_bytes_per_token("auto") * 4096)
+    assert "hidden_size" in mla.missing and "hidden_size" in heads.missing

@@ -26,7 +26,8 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict
 @pytest.mark.parametrize(
     ("text", "value"),
     [("58.11", 58.11), ("58.11 GiB", 58.11), ("~58", 58.0), ("1,024", 1024.0), ("116.21x", 116.21),
-     ("n/a", None), ("about 5", None), ("", None)],
+     ("256 (default)", 256.0), ("8192 [set by --max-model-len]", 8192.0), ("0.9 (default) (V1)", 0.9),
+     ("2048 # default", 2048.0), ("n/a", None), ("about 5", None), ("(default)", None), ("", None)],
 )  # fmt: skip
 def test_parse_number(text: str, value: float | None) -> None:
     assert parse_number(text) == value
@@ -52,7 +53,7 @@ def test_broken_rows_are_skipped_with_reasons(
         variant("b1", gpu="TPU v5e", gpu_mem_total_gib=""),  # unknown GPU, no total
         variant("b2", tp="two"),  # free text in a setting
         variant("b3", model_config_file="no-such-model.json"),
-        variant("b4", status="oom"),
+        variant("b4", status="pending"),  # says neither started nor failed
         variant("b5", gpu_memory_utilization="1.5"),  # out of range
         variant("b6", kv_cache_gib="", kv_cache_tokens="", num_gpu_blocks=""),
     ]
@@ -62,23 +63,31 @@ def test_broken_rows_are_skipped_with_reasons(
                 max_concurrency_x=""),  # consumer GPU name from the table; free text in a reported figure
         variant("l2", model_config_file="deepseek-ai--DeepSeek-V2-Lite-Chat.summary.json", kv_cache_gib="40 GiB",
                 kv_cache_tokens="1,380,000", max_concurrency_x=""),  # partial summary: KV layout checked
+        variant("l3", max_num_seqs="1024 (default)", quantization="compressed-tensors w8a8"),  # annotated
+    ]  # fmt: skip
+    failed = [
+        # 0.2 x 79.19 GiB = 15.8 GiB of budget < 15 GiB of weights + 1.9 GiB of activation peak
+        variant("f1", status="failed", gpu_memory_utilization="0.2", kv_cache_gib="", kv_cache_tokens="",
+                num_gpu_blocks="", notes="ValueError: No available memory for the cache blocks."),
+        # a failure the model cannot see (the same settings as a row that started): a missed one
+        variant("f2", status="OOM", notes=""),
     ]  # fmt: skip
     path = tmp_path / "vllm_memory" / "reports.csv"
     path.parent.mkdir()
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()
-        w.writerows([*good, *broken, *lenient])
+        w.writerows([*good, *broken, *lenient, *failed])
     configs = str(shared_data / "model_configs")
     code, out, _ = _run(["--validate", str(path), "--configs-dir", configs, "--json"], capsys)
     assert code == 0, out
-    assert out["coverage"]["evaluated"] == 5 and out["coverage"]["total"] == 11
+    assert out["coverage"]["evaluated"] == 8 and out["coverage"]["total"] == 14
     reasons = {s["row_id"]: s["reason"] for s in out["skipped"]}
     assert set(reasons) == {"b1", "b2", "b3", "b4", "b5", "b6"}
     assert "unknown GPU 'TPU v5e'" in reasons["b1"]
     assert "'tp' is not a number" in reasons["b2"]
     assert "no-such-model.json" in reasons["b3"]
-    assert "status 'oom'" in reasons["b4"]
+    assert "status 'pending'" in reasons["b4"]
     assert "gpu_memory_utilization" in reasons["b5"]
     assert "no reported KV figure" in reasons["b6"]
     rows = {r["row_id"]: r for r in out["rows"]}
@@ -88,7 +97,19 @@ def test_broken_rows_are_skipped_with_reasons(
     # MLA summary, fp8 KV (row 17's setting): 40 GiB / (16 tokens x 27 x 576 x 1 B) = 172,605 blocks
     assert rows["l2"]["predicted"]["kv_cache_tokens"] == 172605 * 16
     assert rows["l2"]["note"].startswith("partial config")
-    assert out["coverage"]["line"].startswith("evaluated 5/11; skipped: 6 (")
+    # "1024 (default)" is 1024, and w8a8 weights are 8-bit: the 16-bit linear layers halve
+    one = rows[base["row_id"]]["predicted"]
+    w8 = rows["l3"]["predicted"]
+    assert w8["weights_gib"] < 0.6 * one["weights_gib"]
+    assert w8["non_kv_gib"] - w8["weights_gib"] == pytest.approx(one["non_kv_gib"] - one["weights_gib"])
+    # failed start-ups are evaluated on their outcome, with the report's reason
+    assert rows["f1"]["predicted_failure"].startswith("No available memory") and not rows["f1"]["error_pct"]
+    assert "No available memory" in rows["f1"]["note"]
+    assert rows["f2"]["predicted_failure"] is None
+    assert out["outcome"] == {"rows": 7, "reported_failed": 2, "failed_predicted": 1, "false_failures": 0}
+    assert out["coverage"]["line"].startswith(
+        "evaluated 8/14 (2 failed start-ups, judged on their outcome); skipped: 6 ("
+    )
     # text output does not crash either and ends with the coverage line
     code, _, _ = _run(["--validate", str(path), "--configs-dir", configs], capsys)
     assert code == 0
@@ -110,3 +131,42 @@ def test_dev_reports_within_targets(shared_data: Path, capsys: pytest.CaptureFix
     assert s["kv_cache_gib"]["median_abs_pct"] <= 2 and s["kv_cache_gib"]["max_abs_pct"] <= 8
     assert s["max_concurrency"]["max_abs_pct"] <= 9.9
     assert set(s) == {"weights_gib", "non_kv_gib", "kv_cache_gib", "kv_cache_tokens", "max_concurrency"}
+
+
+@pytest.mark.parametrize(
+    ("status", "started"),
+    [("ok", True), ("", True), ("failed", False), ("OOM", False), ("error: CUDA out of memory", False),
+     ("would not start", False), ("pending", None), ("partial", None)],
+)  # fmt: skip
+def test_status_classes(status: str, started: bool | None) -> None:
+    from planner_core.memory.reports import classify_status
+
+    assert classify_status(status) is started
+
+
+def test_unsupported_versions_and_engines_are_refused_per_row(
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = shared_data / "vllm_memory" / "reports_dev.csv"
+    with src.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields = list(reader.fieldnames or [])
+        base = next(reader)
+    rows = [
+        {**base, "row_id": "old", "vllm_version": "0.5.4"},
+        {**base, "row_id": "v0", "engine": "V0"},
+        {**base, "row_id": "junk", "vllm_version": "latest"},
+        {**base, "row_id": "ok"},
+    ]
+    path = tmp_path / "r.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    configs = str(shared_data / "model_configs")
+    code, out, _ = _run(["--validate", str(path), "--configs-dir", configs, "--json"], capsys)
+    assert code == 0 and out["coverage"]["evaluated"] == 1
+    reasons = {s["row_id"]: s["reason"] for s in out["skipped"]}
+    assert "vLLM 0.5.4 is not supported" in reasons["old"] and "0.8.0" in reasons["old"]
+    assert "engine V0 is not supported" in reasons["v0"]
+    assert "'latest' is not a version" in reasons["junk"]

@@ -11,8 +11,14 @@ import pytest
 
 from planner_core.hardware import gpu_spec
 from planner_core.memory import EngineSettings, predict_memory
-from planner_core.memory.failure import NO_MEMORY, kv_cache_memory_bytes, predict_failure
-from planner_core.memory.settings import default_gpu_memory_utilization
+from planner_core.memory.failure import (
+    NO_MEMORY,
+    kv_cache_memory_bytes,
+    load_oom,
+    predict_failure,
+    profile_oom,
+)
+from planner_core.memory.settings import default_gpu_memory_utilization, parse_version, version_problem
 from planner_core.modelcfg import load_model_config
 
 
@@ -43,8 +49,21 @@ def test_graphs_counted_before_kv_from_0_21(llama8b) -> None:  # type: ignore[no
 def test_failures_in_vllm_words(shared_data: Path, llama8b) -> None:  # type: ignore[no-untyped-def]
     big = load_model_config(shared_data / "model_configs" / "meta-llama--Llama-3.1-70B.json")
     s = EngineSettings(max_model_len=8192)
-    b = predict_memory(big, gpu_spec("L4").memory_gib, s)
+    l4 = gpu_spec("L4").memory_gib
+    b = predict_memory(big, l4, s)
+    # 131 GiB of weights do not load on a 22 GiB card at all
+    assert b.weights_gib > l4
+    assert predict_failure(b, s) == load_oom(b)
+    # the 8B's 15 GiB load, but half of the card leaves no budget for KV blocks
+    s = EngineSettings(max_model_len=8192, gpu_memory_utilization=0.5)
+    b = predict_memory(llama8b, l4, s)
+    assert b.weights_gib + b.activation_gib + b.non_torch_gib < l4 and b.kv_cache_gib < 0
     assert predict_failure(b, s) == NO_MEMORY
+    # the same at full utilisation, but with a profile peak the card cannot hold
+    s = EngineSettings(max_model_len=8192, gpu_memory_utilization=1.0, max_num_batched_tokens=65536)
+    b = predict_memory(llama8b, l4, s)
+    assert b.weights_gib + b.non_torch_gib < l4 < b.weights_gib + b.activation_gib + b.non_torch_gib
+    assert predict_failure(b, s) == profile_oom(b)
     # 8B bf16 on a 24 GB card: ~5 GiB of KV = ~40k tokens, short of one 131072-token request
     s = EngineSettings(max_model_len=131072, max_num_seqs=16)
     b = predict_memory(llama8b, gpu_spec("RTX 4090").memory_gib, s)
@@ -82,3 +101,68 @@ def test_cli_flags_and_version(shared_data: Path, capsys: pytest.CaptureFixture[
         flag = next(f for f in out["flags"] if f.startswith("--kv-cache-memory="))
         kv[version] = int(flag.split("=")[1])
     assert kv["0.19"] > 0 and kv["0.21"] > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "version"), [("0.19.0", (0, 19, 0)), ("v0.9.1rc2", (0, 9, 1)), ("0.21", (0, 21, 0)), ("", (0, 19, 0))]
+)  # fmt: skip
+def test_parse_version(text: str, version: tuple[int, ...]) -> None:
+    assert parse_version(text) == version
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [("0.6.3", "planner autotune: vLLM 0.6.3 is not supported: the memory model follows the V1 engine's "
+                "start-up (vLLM 0.8.0 to 0.21.x)\n"),
+     ("nightly", "planner autotune: vllm_version 'nightly' is not a version like 0.19.0\n")],
+)  # fmt: skip
+def test_cli_refuses_versions_in_one_line(
+    shared_data: Path, capsys: pytest.CaptureFixture[str], version: str, message: str
+) -> None:
+    from planner_cli.commands import autotune
+
+    parser = argparse.ArgumentParser()
+    autotune.add_arguments(parser)
+    cfg = str(shared_data / "model_configs" / "meta-llama--Llama-3.1-8B.json")
+    code = autotune.run(parser.parse_args(["--model", cfg, "--vllm-version", version, "--json"]))
+    cap = capsys.readouterr()
+    assert code == 2 and cap.out == "" and cap.err == message
+
+
+def test_newer_versions_warn_once_and_estimate(shared_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from planner_cli.commands import autotune
+
+    parser = argparse.ArgumentParser()
+    autotune.add_arguments(parser)
+    cfg = str(shared_data / "model_configs" / "meta-llama--Llama-3.1-8B.json")
+    code = autotune.run(
+        parser.parse_args(["--model", cfg, "--vllm-version", "0.30.1", "--tp", "1", "--json"])
+    )
+    cap = capsys.readouterr()
+    assert code == 0 and json.loads(cap.out)["feasible"]
+    assert cap.err.count("\n") == 1 and "newer than the newest version modelled (0.21)" in cap.err
+    assert version_problem((0, 8, 0)) is None and version_problem((0, 7, 3)) is not None
+
+
+@pytest.mark.parametrize(
+    ("rope", "max_pos", "derived"),
+    [(None, 32768, 32768),
+     ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 131072, 131072),
+     ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 32768, 131072),
+     ({"type": "linear", "factor": 2.0}, 4096, 8192)],
+)  # fmt: skip
+def test_max_model_len_beyond_the_model_is_refused(
+    llama8b, rope: dict[str, object] | None, max_pos: int, derived: int
+) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from planner_core.modelcfg.parse import derived_max_len
+
+    assert derived_max_len({"max_position_embeddings": max_pos, "rope_scaling": rope}, "t") == derived
+    m = replace(llama8b, derived_max_model_len=derived)
+    ok = EngineSettings(max_model_len=derived, max_num_seqs=8, gpu_memory_utilization=0.95)
+    over = EngineSettings(max_model_len=derived + 1, max_num_seqs=8, gpu_memory_utilization=0.95)
+    msg = predict_failure(predict_memory(m, 141.0, over), over)
+    assert msg is not None and msg.startswith(f"User-specified max_model_len ({derived + 1}) is greater")
+    first = predict_failure(predict_memory(m, 141.0, ok), ok)
+    assert first is None or not first.startswith("User-specified")

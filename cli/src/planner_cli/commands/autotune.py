@@ -26,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--vllm-version",
         default="0.21",
-        help="vLLM version to model (default 0.21: CUDA graphs inside the KV budget, utilisation 0.92; "
-        "older versions leave graphs outside it)",
+        help="vLLM version to model, 0.8 to 0.21 (default 0.21: CUDA graphs inside the KV budget, "
+        "utilisation 0.92; older versions leave graphs outside it); older versions are refused",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--plot", help="write the Pareto plot to this PNG")
@@ -48,6 +48,9 @@ def _breakdown_dict(b: Any) -> dict[str, Any]:
         "num_gpu_blocks": b.num_gpu_blocks,
         "kv_cache_tokens": b.kv_cache_tokens,
         "max_concurrency": round(b.max_concurrency, 2),
+        "physical_kv_tokens": b.physical_kv_tokens,
+        "physical_max_concurrency": round(b.physical_max_concurrency, 2),
+        "kv_groups": b.kv_groups,
         "num_capture_sizes": len(b.capture_sizes),
     }
 
@@ -89,6 +92,7 @@ def _read_trace(path: str) -> tuple[list[int], list[int], list[float] | None]:
 
 def _validate(args: argparse.Namespace) -> int:
     """Predicted vs reported memory for every row of a reports CSV; never stops on a row."""
+    import dataclasses
     import json
     import sys
     from pathlib import Path
@@ -115,12 +119,13 @@ def _validate(args: argparse.Namespace) -> int:
              "tp": c.report.settings.tp, "pp": c.report.settings.pp,
              "predicted": {k: round(v, 4) for k, v in c.predicted.items()},
              "error_pct": {k: round(v, 4) for k, v in c.errors_pct.items()},
-             "note": c.note, "predicted_failure": c.failure}
+             "note": c.note, "predicted_failure": c.failure, "started": c.report.started}
             for c in result.checked
         ]  # fmt: skip
         payload = {
             "coverage": {"evaluated": len(result.checked), "total": result.total,
                          "line": result.coverage_line()},
+            "outcome": dataclasses.asdict(result.outcomes()),
             "summary": {k: {"n": v.n, "median_abs_pct": round(v.median_abs_pct, 4),
                             "p90_abs_pct": round(v.p90_abs_pct, 4), "max_abs_pct": round(v.max_abs_pct, 4)}
                         for k, v in stats.items()},
@@ -172,6 +177,7 @@ def _validate(args: argparse.Namespace) -> int:
                             f"{st.max_abs_pct:.3f}")  # fmt: skip
     console.print(summary)
     console.print(result.coverage_line())
+    console.print(result.outcome_line())
     return 0
 
 
@@ -224,7 +230,14 @@ def run(args: argparse.Namespace) -> int:
     from planner_cli.estimate import EstimateError, resolve_gpu
     from planner_core.autotune import SearchSpace, from_lengths, search, synthetic, vllm_flags
     from planner_core.memory.failure import kv_cache_memory_flag
-    from planner_core.memory.settings import EngineSettings, default_gpu_memory_utilization, parse_version
+    from planner_core.memory.settings import (
+        EngineSettings,
+        SettingsError,
+        default_gpu_memory_utilization,
+        parse_version,
+        version_problem,
+        version_warning,
+    )
     from planner_core.modelcfg import ModelConfigError, load_model_config
 
     try:
@@ -243,7 +256,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"planner autotune: {exc}", file=sys.stderr)
         return 2
     tps = (args.tp,) if args.tp else (selection.count,) if selection.count > 1 else (1, 2, 4, 8)
-    version = parse_version(args.vllm_version)
+    try:
+        version = parse_version(args.vllm_version)
+    except SettingsError as exc:
+        print(f"planner autotune: {exc}", file=sys.stderr)
+        return 2
+    problem = version_problem(version)
+    if problem is not None:
+        print(f"planner autotune: {problem}", file=sys.stderr)
+        return 2
+    caveat = version_warning(version)
+    if caveat is not None:
+        print(f"planner autotune: warning: {caveat}", file=sys.stderr)
     base = EngineSettings(
         vllm_version=version, gpu_memory_utilization=default_gpu_memory_utilization(version)
     )
@@ -297,7 +321,13 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     b = best.breakdown
     console.print(
-        f"KV tokens {b.kv_cache_tokens:,}  blocks {b.num_gpu_blocks:,}  max concurrency {b.max_concurrency:.1f}"
+        f"as vLLM logs it: KV tokens {b.kv_cache_tokens:,}  blocks {b.num_gpu_blocks:,}  "
+        f"max concurrency {b.max_concurrency:.2f}x for {best.settings.max_model_len:,} tokens per request"
     )
+    if b.physical_max_concurrency > b.max_concurrency * 1.005 or b.physical_kv_tokens != b.kv_cache_tokens:
+        console.print(
+            f"physically: {b.physical_kv_tokens:,} tokens of every layer, "
+            f"{b.physical_max_concurrency:.2f} requests of max_model_len (window layers keep their window)"
+        )
     console.print(f"Pareto front: {len(result.pareto)} configs; rejected: {result.rejected_by_reason()}")
     return 0

@@ -111,8 +111,9 @@ def check(
             Reason.CONTEXT_TOO_SHORT,
             f"max_model_len {s.max_model_len} < p99 {workload.context_p99_tokens}",
         )
-    if model.max_position_embeddings and s.max_model_len > model.max_position_embeddings:
-        return Reason.CONTEXT_ABOVE_MODEL_LIMIT, f"max_position_embeddings={model.max_position_embeddings}"
+    limit = model.derived_max_model_len or model.max_position_embeddings
+    if limit and s.max_model_len > limit:
+        return Reason.CONTEXT_ABOVE_MODEL_LIMIT, f"derived max_model_len={limit}"
     if s.kv_cache_dtype != "auto" and not gpu_has_fp8:
         return Reason.FP8_KV_UNSUPPORTED, "no FP8 tensor cores on this GPU"
     failure = predict_failure(b, s)  # vLLM's own wording

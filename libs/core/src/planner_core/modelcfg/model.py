@@ -90,6 +90,9 @@ class ModelConfig:
     tie_word_embeddings: bool
     dtype: str  # checkpoint dtype, e.g. "bfloat16"
     max_position_embeddings: int = 0
+    # vLLM's "derived max_model_len": max_position_embeddings, scaled by a RoPE factor where vLLM
+    # scales it (0: unknown). A longer --max-model-len is refused at start-up.
+    derived_max_model_len: int = 0
     gated_mlp: bool = True
     qkv_bias: bool = False
     quant: QuantConfig | None = None
@@ -211,6 +214,14 @@ class ModelConfig:
         for layer in self.layers:
             total += self._layer_kv_elems(layer, tp) * elem
         return total
+
+    def layer_kv_bytes_per_token(self, index: int, kv_dtype: str = "auto", tp: int = 1) -> float:
+        """KV-cache bytes one token occupies in decoder layer ``index`` on one TP rank (a summary
+        without per-layer data spreads its per-token figure evenly over the layers)."""
+        if not self.layers:
+            return self.kv_bytes_per_token(kv_dtype, tp) / self.num_layers
+        elem = self.dtype_bytes if kv_dtype == "auto" else dtype_bytes(kv_dtype, self.source)
+        return self._layer_kv_elems(self.layers[index], tp) * elem
 
     def _layer_kv_elems(self, layer: LayerAttention, tp: int) -> float:
         if self.mla is not None:

@@ -12,6 +12,7 @@ from planner_core.modelcfg.model import (
     _QKV_BIAS_MODEL_TYPES,
     _UNGATED_MODEL_TYPES,
     LayerAttention,
+    LayerKind,
     MLAConfig,
     ModelConfig,
     ModelConfigError,
@@ -59,6 +60,27 @@ def _layer_types(t: dict[str, object], n_layers: int, src: str) -> list[str]:
     if mt in ("mistral",) and isinstance(window, int) and window < _int(t, "max_position_embeddings", src, 0):
         return ["sliding_attention"] * n_layers
     return ["full_attention"] * n_layers
+
+
+# RoPE types whose factor vLLM does not apply to the context limit (the config's
+# max_position_embeddings already is the extended length)
+_ROPE_UNSCALED = frozenset({"su", "longrope", "llama3", "default", "mrope", "proportional"})
+
+
+def derived_max_len(t: dict[str, object], src: str) -> int:
+    """vLLM's derived max_model_len: max_position_embeddings, times the RoPE factor for the scalings
+    vLLM extends by (for YaRN, the original length times the factor); 0 when the config gives none."""
+    base = _int(t, "max_position_embeddings", src, 0)
+    rope = t.get("rope_scaling")
+    if not isinstance(rope, dict) or base == 0:
+        return base
+    kind = str(rope.get("rope_type", rope.get("type", ""))).lower()
+    factor = rope.get("factor")
+    if kind in _ROPE_UNSCALED or not isinstance(factor, int | float) or factor <= 0:
+        return base
+    if kind == "yarn":
+        base = _int(rope, "original_max_position_embeddings", src, base)
+    return int(base * factor)
 
 
 def _moe(t: dict[str, object], n_layers: int, src: str) -> MoEConfig | None:
@@ -137,8 +159,19 @@ def parse_hf_config(raw: dict[str, object], src: str) -> ModelConfig:
     quant_raw = raw.get("quantization_config", t.get("quantization_config"))
     quant = parse_quant(quant_raw, src)
     notes: list[str] = []
-    if quant is not None and quant.method.startswith("bitsandbytes"):
-        notes.append("bitsandbytes quantization_config from a re-saved checkpoint")
+    if quant is not None and quant.method.startswith("bitsandbytes") and _dtype(t, raw) == "float32":
+        # A bitsandbytes entry beside torch_dtype float32 is what transformers writes when a model
+        # loaded with load_in_8bit/4bit for training is saved again (with use_cache false): the
+        # checkpoint it describes is a local copy, not the one a server loads. A checkpoint
+        # quantized for serving states its 16-bit compute dtype. The one such config in the shared
+        # data (CodeLlama-7b, see model_configs/SOURCES.md) sits beside reports of the unquantized
+        # model, whose weights are 16-bit: trusting the entry halves them. So the entry is dropped;
+        # `--quantization bitsandbytes` (a report's quantization column) still applies it.
+        notes.append(
+            f"quantization_config ({quant.method}) ignored: with torch_dtype float32 it is a re-save "
+            "after a training-time load, not the served checkpoint's"
+        )
+        quant = None
     moe = _moe(t, n_layers, src)
     inter = _int(t, "intermediate_size_mlp", src, _int(t, "intermediate_size", src, 4 * hidden))
     return ModelConfig(
@@ -155,6 +188,7 @@ def parse_hf_config(raw: dict[str, object], src: str) -> ModelConfig:
         tie_word_embeddings=bool(tie),
         dtype=_dtype(t, raw),
         max_position_embeddings=_int(t, "max_position_embeddings", src, 0),
+        derived_max_model_len=derived_max_len(t, src),
         gated_mlp=mt not in _UNGATED_MODEL_TYPES,
         qkv_bias=mt in _QKV_BIAS_MODEL_TYPES or t.get("attention_bias") is True,
         quant=quant,
@@ -179,9 +213,25 @@ def parse_summary(raw: dict[str, object], src: str) -> ModelConfig:
     attn_label = str(raw.get("attention_type_per_llm_d_planner", "")).lower()
     notes = [str(raw[k]) for k in ("_caveat", "_mla_note") if isinstance(raw.get(k), str)]
     layers: tuple[LayerAttention, ...] = ()
-    if not isinstance(kv_bf16, int):
-        # no recorded KV figure: derive it from the heads (standard attention assumed)
-        layers = tuple(LayerAttention("full", kv_heads, head_dim) for _ in range(n_layers))
+    mla: MLAConfig | None = None
+    if isinstance(raw.get("kv_lora_rank"), int) and isinstance(raw.get("qk_rope_head_dim"), int):
+        # MLA fields present: the cache holds the latent and the rope key, whatever figure is recorded
+        mla = MLAConfig(
+            kv_lora_rank=_int(raw, "kv_lora_rank", src),
+            qk_rope_head_dim=_int(raw, "qk_rope_head_dim", src),
+            qk_nope_head_dim=_int(raw, "qk_nope_head_dim", src, 0),
+            v_head_dim=_int(raw, "v_head_dim", src, 0),
+        )
+        layers = tuple(LayerAttention("full", 1, 0) for _ in range(n_layers))
+        kv_bf16 = None
+        notes.append("MLA: KV bytes from the summary's kv_lora_rank + qk_rope_head_dim")
+    elif not isinstance(kv_bf16, int):
+        # no recorded KV figure: derive it from the heads (standard attention assumed), with the
+        # window of a summary that gives one
+        window = raw.get("sliding_window")
+        w = window if isinstance(window, int) and window > 0 else None
+        kind: LayerKind = "sliding" if w is not None else "full"
+        layers = tuple(LayerAttention(kind, kv_heads, head_dim, w) for _ in range(n_layers))
     elif "latent" in attn_label:
         notes.append("MLA: KV bytes taken from the summary's per-token figure")
     heads = _int(raw, "num_attention_heads", src, 0)
@@ -201,7 +251,9 @@ def parse_summary(raw: dict[str, object], src: str) -> ModelConfig:
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
         dtype=_dtype(raw, raw),
         max_position_embeddings=_int(raw, "max_position_embeddings", src, 0),
+        derived_max_model_len=derived_max_len(raw, src),
         layers=layers,
+        mla=mla,
         multimodal="ConditionalGeneration" in arch,
         missing=missing,
         summary_kv_bytes_per_token_bf16=kv_bf16 if isinstance(kv_bf16, int) else None,

@@ -10,8 +10,8 @@ bytes are ``params x bits / 8``:
   W8A8 int8, W4A16;
 - AWQ/GPTQ: ``bits`` + one fp16 scale and one packed ``bits``-wide zero point per ``group_size``;
 - bitsandbytes: 8-bit = int8 + one fp32 scale per row (counted as 8); 4-bit = 4 + one fp32 absmax
-  per 64-block (0.5 bit), or with double quantization an 8-bit absmax per block plus one fp32 per 256
-  blocks (0.127 bit);
+  per 64-block (0.5 bit), also for double-quantized checkpoints: vLLM undoes the double
+  quantization while loading;
 - mxfp4: 4-bit values + one 8-bit shared exponent per 32 (4.25).
 
 ``modules_to_not_convert`` / ``ignore`` lists that name the attention blocks keep attention in the
@@ -19,6 +19,8 @@ model dtype. An unknown method is a :class:`ModelConfigError` naming it and the 
 """
 
 from __future__ import annotations
+
+import re
 
 from planner_core.modelcfg.fields import int_field as _int
 from planner_core.modelcfg.model import ModelConfigError, QuantConfig
@@ -84,17 +86,27 @@ def _compressed_tensors(q: dict[str, object], src: str) -> QuantConfig:
 
 
 def _bitsandbytes(q: dict[str, object]) -> QuantConfig | None:
+    """bitsandbytes as vLLM holds it in GPU memory.
+
+    8-bit: int8 weights plus one fp32 scale per output row (counted as 8 bits). 4-bit: two values per
+    byte plus the absmax of every 64-value block in fp32, i.e. 4.5 bits, with or without double
+    quantization in the checkpoint: vLLM's bitsandbytes loader dequantizes double-quantized absmax
+    to fp32 while loading (``dequantize_dq``, trading memory for speed), and quantizes unquantized
+    checkpoints with ``compress_statistics=True`` then dequantizes the same way.
+    """
     if q.get("load_in_8bit") is True:
         return QuantConfig(
             "bitsandbytes-8bit", 8.0, None, not _skips_attention(q.get("llm_int8_skip_modules"))
         )
-    if q.get("load_in_4bit") is not True and q.get("load_in_8bit") is not True:
+    if q.get("load_in_4bit") is not True:
         return None  # a re-saved config with both flags off: the weights are in the model dtype
-    double = q.get("bnb_4bit_use_double_quant") is True
-    extra = 8.0 / 64 + 32.0 / (64 * 256) if double else 32.0 / 64
     return QuantConfig(
-        "bitsandbytes-4bit", 4.0 + extra, 64, not _skips_attention(q.get("llm_int8_skip_modules"))
+        "bitsandbytes-4bit", BNB_4BIT_BITS, 64, not _skips_attention(q.get("llm_int8_skip_modules"))
     )
+
+
+# 4-bit values + an fp32 absmax per 64-value block, as vLLM keeps them (double quantization undone)
+BNB_4BIT_BITS = 4.0 + 32.0 / 64
 
 
 def parse_quant(q: object, src: str) -> QuantConfig | None:
@@ -145,16 +157,90 @@ _FLAGS: dict[str, QuantConfig] = {
 }
 
 
+_WA = re.compile(r"w(\d+)a(\d+)")
+
+
+def _scheme_bits(text: str) -> tuple[float, str] | None:
+    """Weight bits and a scheme name spelled in free text: "w8a8", "w4a16", "int4", "4-bit", "nf4",
+    "fp8", "nvfp4", "mxfp4"."""
+    if "mxfp4" in text:
+        return 4.25, "mxfp4"
+    if "nvfp4" in text or "fp4" in text:
+        return 4.5, "nvfp4"
+    m = _WA.search(text)
+    if m:
+        bits = int(m.group(1))
+        if bits >= 8:
+            return 8.0, f"w{bits}a{m.group(2)}"
+        return bits + 16.0 / 128, f"w{bits}a{m.group(2)}"  # one bf16 scale per 128-group
+    if "fp8" in text:
+        return 8.0, "fp8"
+    if "nf4" in text:
+        return 4.0, "nf4"
+    m = re.search(r"int(\d+)|(\d+)[- ]?bits?\b", text)
+    if m:
+        return float(m.group(1) or m.group(2)), f"{m.group(1) or m.group(2)}bit"
+    return None
+
+
+def normalise_method(name: str) -> tuple[str, str]:
+    """(vLLM --quantization method, the rest of the spelling): "compressed-tensors w8a8" ->
+    ("compressed-tensors", "w8a8"), "AWQ (4-bit)" -> ("awq", "(4-bit)"), "bnb-4bit" ->
+    ("bitsandbytes", "4bit")."""
+    t = " ".join(name.lower().replace("_", "-").split())
+    for alias, method in _ALIASES:
+        if t == alias or t.startswith(alias + " ") or t.startswith(alias + "-") or t.startswith(alias + "("):
+            return method, t[len(alias) :].strip(" -")
+    head, _, rest = t.partition(" ")
+    return head, rest
+
+
+_ALIASES = (
+    ("compressed-tensors", "compressed-tensors"),
+    ("compressedtensors", "compressed-tensors"),
+    ("llm-compressor", "compressed-tensors"),
+    ("bitsandbytes", "bitsandbytes"),
+    ("bnb", "bitsandbytes"),
+    ("awq-marlin", "awq_marlin"),
+    ("gptq-marlin", "gptq_marlin"),
+    ("fbgemm-fp8", "fbgemm_fp8"),
+    ("modelopt", "modelopt"),
+    ("awq", "awq"),
+    ("gptq", "gptq"),
+    ("mxfp4", "mxfp4"),
+    ("fp8", "fp8"),
+)
+
+
 def quant_from_flag(name: str) -> QuantConfig | None:
-    """A vLLM ``--quantization`` flag. On an unquantized checkpoint this is online quantization; on a
+    """A vLLM ``--quantization`` flag, as reports spell it ("fp8", "compressed-tensors w8a8",
+    "bitsandbytes 4-bit", "GPTQ int8"). On an unquantized checkpoint this is online quantization; on a
     quantized one it only names the kernel, so :func:`effective_quant` keeps the checkpoint's own."""
     key = name.lower().strip()
-    if key in ("", "none", "auto"):
+    if key in ("", "none", "auto", "no", "-"):
         return None
-    if key in ("compressed-tensors", "compressed_tensors"):
-        return QuantConfig("compressed-tensors:fp8-dynamic", 8.0)
-    if key in _FLAGS:
-        return _FLAGS[key]
+    method, rest = normalise_method(key)
+    scheme = _scheme_bits(rest) if rest else None
+    if method == "compressed-tensors":
+        if scheme is None:
+            return QuantConfig("compressed-tensors:fp8-dynamic", 8.0)
+        bits, label = scheme
+        group = 128 if bits < 8 else None
+        return QuantConfig(f"compressed-tensors:{label}", bits, group)
+    if method == "bitsandbytes":
+        if scheme is not None and scheme[0] >= 8:
+            return QuantConfig("bitsandbytes-8bit", 8.0)
+        return _FLAGS["bitsandbytes"]
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin") and scheme is not None:
+        bits = scheme[0]
+        return QuantConfig(method, bits + (16.0 + bits) / 128, 128)
+    if method == "modelopt":
+        if scheme is not None and scheme[0] < 8:
+            return QuantConfig("modelopt-nvfp4", 4.5, 16)
+        return QuantConfig("modelopt-fp8", 8.0)
+    if method in _FLAGS:
+        return _FLAGS[method]
     raise ModelConfigError(
-        f"--quantization: unsupported method '{name}' (known: {', '.join(sorted(_FLAGS))})"
+        f"--quantization: unsupported method '{name}' (known: {', '.join(sorted(_FLAGS))}, "
+        "compressed-tensors, modelopt)"
     )
