@@ -5,12 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import msgspec
-import numpy as np
 import pytest
 
-from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
 from planner_core.policy import (
-    CapacityModel,
     DecisionInputs,
     PolicyConfig,
     PolicyKind,
@@ -18,59 +15,17 @@ from planner_core.policy import (
     decide,
     validate_config,
 )
-from planner_core.profile import DecodeProfile, PrefillProfile
-from planner_proto.decision import ComponentReplicas, Reason
+from planner_proto.decision import Reason
 from planner_proto.engine import EngineCapabilities
 from planner_proto.load import WorkerLoad
 from planner_proto.state import ComponentSnapshot, LatencyModel
-from planner_proto.traffic import LoadForecast, TrafficSample
-
-
-def capacity() -> CapacityModel:
-    # prefill 28000 tok/s/GPU; decode ITL = 10 + 40*kv ms, thpt = 4000*kv (as in test_throughput_policy)
-    # but with 700000 KV tokens, so that our throughput derived from the ITL is about the profiled one:
-    # context 3500 (cell 3505.05), kv 0.9899: 0.9899 * 700000 / 3505.05 = 197.7 requests / 49.6 ms
-    # = 3986 tok/s/GPU
-    isl = np.array([100.0, 1000.0, 4000.0, 8000.0, 16000.0])
-    pre = PrefillProfile(isl_tokens=isl, ttft_ms=isl / 28.0, thpt_per_gpu=np.full(5, 28000.0))
-    kv, ctx = np.meshgrid([0.0, 0.25, 0.5, 0.75, 1.0], [1000.0, 3000.0, 5000.0])
-    kv, ctx = kv.ravel(), ctx.ravel()
-    dec = DecodeProfile(
-        kv_usage=kv,
-        context_length_tokens=ctx,
-        itl_ms=10 + 40 * kv,
-        thpt_per_gpu=4000 * kv,
-        max_kv_tokens=700_000,
-    )
-    return CapacityModel(prefill=PrefillInterpolator(pre), decode=DecodeInterpolator(dec))
-
+from planner_proto.traffic import TrafficSample
+from tests.unit.policy.factories import capacity, fleet, forecast, replicas, traffic
 
 CAP = capacity()
-
-
-def fc(num: float, osl: float = 1000.0) -> LoadForecast:
-    return LoadForecast(
-        namespace="t",
-        issued_at_s=0.0,
-        for_start_s=0.0,
-        interval_s=180.0,
-        num_requests=num,
-        mean_isl_tokens=3000.0 if num else None,
-        mean_osl_tokens=osl if num else None,
-    )
-
-
-def seen(num: float) -> TrafficSample:
-    return TrafficSample(namespace="t", start_s=0.0, interval_s=180.0, num_requests=num)
-
-
-def cr(ready: int, pending: int = 0, draining: int = 0) -> ComponentReplicas:
-    return ComponentReplicas(desired=ready + pending, ready=ready, pending=pending, draining=draining)
-
-
-def pd(p: int, d: int) -> dict[str, ComponentReplicas]:
-    return {"prefill": cr(p), "decode": cr(d)}
-
+"""700000 KV tokens, so that our decode throughput derived from the ITL is about the profiled one:
+context 3500 (cell 3505.05), kv 0.9899: 0.9899 * 700000 / 3505.05 = 197.7 requests / 49.6 ms = 3986
+tok/s/GPU."""
 
 TP = PolicyConfig(policy=PolicyKind.THROUGHPUT, decode_max_utilisation=1.0)
 """Decode sized at the profile's full throughput, to keep these sequences' arithmetic simple."""
@@ -79,9 +34,11 @@ TP = PolicyConfig(policy=PolicyKind.THROUGHPUT, decode_max_utilisation=1.0)
 def test_zero_traffic_scales_down_after_the_down_window() -> None:
     state = PolicyState()
     # t=0: 1800 req -> prefill need 1.07 / utilisation 0.6 = 1.79 -> 2; decode 10000 / 3986 = 2.51 -> 3
-    res, state = decide(DecisionInputs(replicas=pd(2, 3), forecast=fc(1800), capacity=CAP), state, TP, 0.0)
+    res, state = decide(
+        DecisionInputs(replicas=fleet(2, 3), forecast=forecast(1800), capacity=CAP), state, TP, 0.0
+    )
     assert res.targets == {"prefill": 2, "decode": 3}
-    zero = DecisionInputs(replicas=pd(2, 3), forecast=fc(0), traffic=seen(0), capacity=CAP)
+    zero = DecisionInputs(replicas=fleet(2, 3), forecast=forecast(0), traffic=traffic(0), capacity=CAP)
     # t=180: zero traffic, but the t=0 recommendation is inside the 300 s down window
     res, state = decide(zero, state, TP, 180.0)
     assert res.targets == {"prefill": 2, "decode": 3}
@@ -95,7 +52,7 @@ def test_zero_traffic_scales_down_after_the_down_window() -> None:
 def test_reference_never_scales_down_at_zero_traffic() -> None:
     cfg = replace(TP, reference_compat=True)
     state = PolicyState()
-    zero = DecisionInputs(replicas=pd(2, 3), forecast=fc(0), traffic=seen(0), capacity=CAP)
+    zero = DecisionInputs(replicas=fleet(2, 3), forecast=forecast(0), traffic=traffic(0), capacity=CAP)
     for now_s in (0.0, 180.0, 360.0, 540.0):
         res, state = decide(zero, state, cfg, now_s)
         assert res.targets == {"prefill": 2, "decode": 3}
@@ -105,7 +62,7 @@ def test_reference_never_scales_down_at_zero_traffic() -> None:
 def test_scale_to_zero_then_wake_on_demand() -> None:
     cfg = replace(TP, scale_to_zero=True, scale_to_zero_after_s=600.0, down_window_s=0.0)
     state = PolicyState()
-    zero = DecisionInputs(replicas=pd(1, 1), forecast=fc(0), traffic=seen(0), capacity=CAP)
+    zero = DecisionInputs(replicas=fleet(1, 1), forecast=forecast(0), traffic=traffic(0), capacity=CAP)
     for now_s in (0.0, 180.0, 360.0, 540.0):
         res, state = decide(zero, state, cfg, now_s)
         assert res.targets == {"prefill": 1, "decode": 1}, now_s
@@ -115,7 +72,7 @@ def test_scale_to_zero_then_wake_on_demand() -> None:
     assert res.reasons["prefill"] is Reason.SCALE_TO_ZERO
     # 5 s later requests queue at the frontend: woken at once, not waiting for the 180 s interval
     wake = DecisionInputs(
-        replicas=pd(0, 0), forecast=fc(0), traffic=seen(0), capacity=CAP, queued_demand_requests=3
+        replicas=fleet(0, 0), forecast=forecast(0), traffic=traffic(0), capacity=CAP, queued_demand_requests=3
     )
     res, state = decide(wake, state, cfg, 725.0)
     assert res.targets == {"prefill": 1, "decode": 1}
@@ -124,7 +81,7 @@ def test_scale_to_zero_then_wake_on_demand() -> None:
 
 def test_intervals_are_measured_in_seconds() -> None:
     state = PolicyState()
-    inp = DecisionInputs(replicas=pd(2, 3), forecast=fc(1800), capacity=CAP)
+    inp = DecisionInputs(replicas=fleet(2, 3), forecast=forecast(1800), capacity=CAP)
     res, state = decide(inp, state, TP, 0.0)
     assert res.evaluated
     res, state = decide(inp, state, TP, 179.0)
@@ -139,18 +96,20 @@ def test_budget_never_exceeded_while_rebalancing() -> None:
     cfg = replace(TP, down_limit_percent=100.0)
     state = PolicyState()
     res, state = decide(
-        DecisionInputs(replicas=pd(6, 2), forecast=fc(1800, 2300), capacity=CAP), state, cfg, 0.0
+        DecisionInputs(replicas=fleet(6, 2), forecast=forecast(1800, 2300), capacity=CAP), state, cfg, 0.0
     )
     assert res.desired == {"prefill": 2, "decode": 6}
     assert res.targets == {"prefill": 2, "decode": 2}  # 4 prefill still draining: no room yet
     assert res.reasons["decode"] is Reason.BUDGET_CAPPED
     # 5 s later 2 of the 4 prefill have drained: 2 new decode fit
-    reps = {"prefill": cr(2, draining=2), "decode": cr(2)}
-    res, state = decide(DecisionInputs(replicas=reps, forecast=fc(1800, 2300), capacity=CAP), state, cfg, 5.0)
-    assert res.targets == {"prefill": 2, "decode": 4}
-    reps = {"prefill": cr(2), "decode": cr(2, pending=2)}
+    reps = {"prefill": replicas(2, draining=2), "decode": replicas(2)}
     res, state = decide(
-        DecisionInputs(replicas=reps, forecast=fc(1800, 2300), capacity=CAP), state, cfg, 10.0
+        DecisionInputs(replicas=reps, forecast=forecast(1800, 2300), capacity=CAP), state, cfg, 5.0
+    )
+    assert res.targets == {"prefill": 2, "decode": 4}
+    reps = {"prefill": replicas(2), "decode": replicas(2, pending=2)}
+    res, state = decide(
+        DecisionInputs(replicas=reps, forecast=forecast(1800, 2300), capacity=CAP), state, cfg, 10.0
     )
     assert res.targets == {"prefill": 2, "decode": 6}
 
@@ -197,7 +156,7 @@ def run_bursty(cfg: PolicyConfig) -> list[int]:
         now_s = 5.0 * k
         kvs = [100_000 // n] * n if k % 2 == 0 else [1000] * n
         inp = DecisionInputs(
-            replicas={"decode": cr(n)}, snapshots={"decode": decode_snap(kvs, now_s)}, estimator=Est()
+            replicas={"decode": replicas(n)}, snapshots={"decode": decode_snap(kvs, now_s)}, estimator=Est()
         )
         res, state = decide(inp, state, cfg, now_s)
         n = res.targets["decode"]
@@ -218,7 +177,7 @@ def test_no_two_one_oscillation() -> None:
 def test_stuck_pending_does_not_block_scale_down() -> None:
     # 1 ready idle decode + 1 pending that never comes up; the change is still "in progress"
     inp = DecisionInputs(
-        replicas={"decode": cr(1, pending=1)},
+        replicas={"decode": replicas(1, pending=1)},
         snapshots={"decode": decode_snap([1000], 0.0)},
         estimator=Est(),
         in_progress=frozenset({"decode"}),
@@ -227,7 +186,7 @@ def test_stuck_pending_does_not_block_scale_down() -> None:
     # a single ready engine cannot consolidate, but ours does not pile up; reference skips entirely
     assert res.targets["decode"] == 2
     two = DecisionInputs(
-        replicas={"decode": cr(2, pending=1)},
+        replicas={"decode": replicas(2, pending=1)},
         snapshots={"decode": decode_snap([1000, 1000], 0.0)},
         estimator=Est(),
         in_progress=frozenset({"decode"}),
@@ -243,8 +202,8 @@ def test_combined_throughput_sets_the_floor() -> None:
     cfg = PolicyConfig(policy=PolicyKind.COMBINED, max_gpu_budget=-1, decode_max_utilisation=1.0)
     # throughput says decode 3 (2.51 -> 3); the single engine is idle so load alone would not add
     inp = DecisionInputs(
-        replicas={"prefill": cr(2), "decode": cr(1)},
-        forecast=fc(1800),
+        replicas={"prefill": replicas(2), "decode": replicas(1)},
+        forecast=forecast(1800),
         capacity=CAP,
         snapshots={"decode": decode_snap([1000], 0.0)},
         estimator=Est(),
@@ -255,7 +214,7 @@ def test_combined_throughput_sets_the_floor() -> None:
     # 5 s later load says all 3 engines are over: load adjusts above the floor
     inp = replace(
         inp,
-        replicas={"prefill": cr(2), "decode": cr(3)},
+        replicas={"prefill": replicas(2), "decode": replicas(3)},
         snapshots={"decode": decode_snap([100_000] * 3, 5.0)},
     )
     res, state = decide(inp, state, cfg, 5.0)
@@ -268,10 +227,10 @@ def test_combined_throughput_sets_the_floor() -> None:
 def test_every_policy_runs_and_advisory_passes_through(kind: PolicyKind, compat: bool) -> None:
     cfg = validate_config(PolicyConfig(policy=kind, reference_compat=compat, advisory=True))
     inp = DecisionInputs(
-        replicas={"prefill": cr(1), "decode": cr(1)},
-        forecast=fc(1800),
+        replicas={"prefill": replicas(1), "decode": replicas(1)},
+        forecast=forecast(1800),
         capacity=CAP,
-        traffic=seen(1800),
+        traffic=traffic(1800),
         snapshots={"decode": decode_snap([1000], 0.0)},
         estimator=Est(),
     )
@@ -354,7 +313,7 @@ class _PrefillEst:
 def test_combined_holds_consolidation_until_the_first_floor() -> None:
     cfg = PolicyConfig(policy=PolicyKind.COMBINED, max_gpu_budget=-1)
     idle = DecisionInputs(
-        replicas={"prefill": cr(4)},
+        replicas={"prefill": replicas(4)},
         snapshots={"prefill": _prefill_snap([0, 0, 0, 0], 5.0)},
         estimator=_PrefillEst(),
     )
@@ -377,7 +336,7 @@ def test_prefill_burst_step_once_per_window() -> None:
     # the instantaneous check does not fire; spread over the 2 engines the burst is 50000 -> 550 ms
     for t, qs in [(5.0, [100_000, 0]), (10.0, [100_000, 0]), (15.0, [100_000, 0, 0]), (20.0, [0, 0, 0])]:
         inp = DecisionInputs(
-            replicas={"prefill": cr(ready)},
+            replicas={"prefill": replicas(ready)},
             snapshots={"prefill": _prefill_snap(qs, t)},
             estimator=est,
         )
@@ -426,8 +385,8 @@ def test_decode_correction_frozen_while_requests_wait_for_admission() -> None:
         mean_request_duration_s=20.0,
     )
     inp = DecisionInputs(
-        replicas={"decode": cr(1)},
-        forecast=fc(1800),
+        replicas={"decode": replicas(1)},
+        forecast=forecast(1800),
         traffic=sample,
         capacity=CAP,
         snapshots={"decode": blocked},

@@ -18,8 +18,7 @@ from planner_proto.engine import EngineCapabilities
 from planner_proto.load import WorkerLoad
 from planner_proto.state import ComponentSnapshot, LatencyModel
 from planner_proto.traffic import TrafficSample
-
-from .demand_feed import fed, predictor
+from tests.unit.policy.factories import fed, predictor
 
 CAPS = EngineCapabilities(num_gpu_blocks=10_000, block_size_tokens=16, max_num_seqs=256)
 # decode pass: 10 ms + 0.2 ms per request + 1 us per KV token (a small model on one GPU)

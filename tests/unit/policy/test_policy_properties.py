@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
 from planner_core.policy import (
-    CapacityModel,
     DecisionInputs,
     PolicyConfig,
     PolicyKind,
@@ -19,31 +16,14 @@ from planner_core.policy import (
     held_gpus,
     issuable_targets,
 )
-from planner_core.profile import DecodeProfile, PrefillProfile
 from planner_proto.decision import ComponentReplicas
 from planner_proto.engine import EngineCapabilities
 from planner_proto.load import WorkerLoad
 from planner_proto.state import ComponentSnapshot, LatencyModel
 from planner_proto.traffic import LoadForecast, TrafficSample
+from tests.unit.policy.factories import capacity, fed, predictor
 
-from .demand_feed import fed, predictor
-
-_isl = np.array([100.0, 1000.0, 4000.0, 8000.0, 16000.0])
-_kv, _ctx = (a.ravel() for a in np.meshgrid([0.0, 0.25, 0.5, 0.75, 1.0], [1000.0, 3000.0, 5000.0]))
-CAP = CapacityModel(
-    prefill=PrefillInterpolator(
-        PrefillProfile(isl_tokens=_isl, ttft_ms=_isl / 28.0, thpt_per_gpu=np.full(5, 28000.0))
-    ),
-    decode=DecodeInterpolator(
-        DecodeProfile(
-            kv_usage=_kv,
-            context_length_tokens=_ctx,
-            itl_ms=10 + 40 * _kv,
-            thpt_per_gpu=4000 * _kv,
-            max_kv_tokens=100_000,
-        )
-    ),
-)
+CAP = capacity(max_kv_tokens=100_000)
 MODEL = LatencyModel(features=["x"], coefficients=[1.0], ready=True)
 
 weird = st.one_of(

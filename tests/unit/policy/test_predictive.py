@@ -13,8 +13,7 @@ from planner_core.policy import DecisionInputs, PolicyConfig, PolicyKind, Policy
 from planner_proto.decision import ComponentReplicas
 from planner_proto.traffic import TrafficSample
 from planner_sim.bench import _profile
-
-from .demand_feed import fed, predictor
+from tests.unit.policy.factories import fed, predictor
 
 
 def run(

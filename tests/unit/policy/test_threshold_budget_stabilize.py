@@ -21,6 +21,7 @@ from planner_proto.decision import ComponentReplicas, Reason
 from planner_proto.engine import EngineCapabilities
 from planner_proto.load import WorkerLoad
 from planner_proto.state import ComponentSnapshot
+from tests.unit.policy.factories import replicas as cr
 
 CAPS = EngineCapabilities(num_gpu_blocks=1000, block_size_tokens=16, context_length_tokens=10_000)  # 16000 KV
 
@@ -137,10 +138,6 @@ def test_budget_formula(p: int, d: int, gp: int, gd: int, budget: int, expected:
 def test_budget_agg_cut() -> None:
     # agg 2 GPUs each: 5 * 2 = 10 > 8 -> 4
     assert apply_budget({"agg": 5}, {"agg": 2}, 8, 1) == {"agg": 4}
-
-
-def cr(ready: int, pending: int = 0, draining: int = 0) -> ComponentReplicas:
-    return ComponentReplicas(desired=ready + pending, ready=ready, pending=pending, draining=draining)
 
 
 @pytest.mark.parametrize(

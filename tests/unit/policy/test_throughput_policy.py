@@ -5,21 +5,18 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
-from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
 from planner_core.policy import (
-    CapacityModel,
     Corrections,
     PolicyConfig,
     throughput_policy,
     update_corrections,
 )
 from planner_core.policy.throughput import forecast_count, with_tolerance
-from planner_core.profile import DecodeProfile, PrefillProfile
 from planner_proto.decision import Reason
 from planner_proto.traffic import LoadForecast, TrafficSample
+from tests.unit.policy.factories import capacity
 
 EXACT = PolicyConfig(tolerance=0.0, decode_max_utilisation=1.0)
 REF = PolicyConfig(reference_compat=True)
@@ -27,24 +24,7 @@ REF = PolicyConfig(reference_compat=True)
 NO_SMOOTH = PolicyConfig(correction_smoothing=1.0, correction_max_step=100.0)
 
 
-def capacity() -> CapacityModel:
-    # prefill: 28000 tok/s/GPU at every ISL, TTFT = isl / 28 ms
-    isl = np.array([100.0, 1000.0, 4000.0, 8000.0, 16000.0])
-    pre = PrefillProfile(isl_tokens=isl, ttft_ms=isl / 28.0, thpt_per_gpu=np.full(5, 28000.0))
-    # decode: ITL = 10 + 40*kv ms, thpt = 4000*kv tok/s/GPU at every context
-    kv, ctx = np.meshgrid([0.0, 0.25, 0.5, 0.75, 1.0], [1000.0, 3000.0, 5000.0])
-    kv, ctx = kv.ravel(), ctx.ravel()
-    dec = DecodeProfile(
-        kv_usage=kv,
-        context_length_tokens=ctx,
-        itl_ms=10 + 40 * kv,
-        thpt_per_gpu=4000 * kv,
-        max_kv_tokens=100_000,
-    )
-    return CapacityModel(prefill=PrefillInterpolator(pre), decode=DecodeInterpolator(dec))
-
-
-CAP = capacity()
+CAP = capacity(max_kv_tokens=100_000)
 
 
 def fc(
