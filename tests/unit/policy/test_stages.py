@@ -10,8 +10,7 @@ import pytest
 
 from planner_core.policy import ComponentResult, PolicyKind, PolicyState, Recommendation, ScaleEvent
 from planner_core.policy import stages as s
-from planner_core.policy.types import PredictiveState
-from planner_core.policy.types import QueueSample
+from planner_core.policy.types import PredictiveState, QueueSample
 from planner_proto.decision import Reason
 from planner_proto.engine import EngineCapabilities
 from tests.unit.policy import factories as make
