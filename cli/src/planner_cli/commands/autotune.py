@@ -221,11 +221,12 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from planner_cli.estimate import EstimateError, resolve_gpu
+    from planner_cli.estimate import resolve_gpu
     from planner_core.autotune import SearchSpace, from_lengths, search, synthetic, vllm_flags
     from planner_core.memory.failure import kv_cache_memory_flag
     from planner_core.memory.settings import EngineSettings, default_gpu_memory_utilization, parse_version
     from planner_core.modelcfg import ModelConfigError, load_model_config
+    from planner_core.profiling.model_estimate import EstimateError
 
     try:
         model = load_model_config(args.model)

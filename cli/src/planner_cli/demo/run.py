@@ -362,15 +362,17 @@ async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
 
 
 def _prepare_fleet(cfg: DemoConfig, console: Console) -> dict[str, Any]:
-    from planner_cli.estimate import estimate_profile, write_default_model_config
+    from planner_cli.estimate import load_model, write_default_model_config, write_profile
+    from planner_core.profiling.model_estimate import estimate_model
 
     model = REPO.parent / "shared" / "data" / "model_configs" / "meta-llama--Llama-3.1-8B.json"
     if not model.exists():
         model = write_default_model_config(cfg.out_dir / "model-config.json")
     # the demo's simulated engines run the plain roofline: the decider's profile must describe them
-    summary, _, _ = estimate_profile(
-        model, cfg.gpu, cfg.out_dir / "profile", ttft_ms=cfg.ttft_ms, itl_ms=cfg.itl_ms, plain_roofline=True
+    estimate = estimate_model(
+        load_model(model), cfg.gpu, ttft_ms=cfg.ttft_ms, itl_ms=cfg.itl_ms, plain_roofline=True
     )
+    summary = write_profile(estimate, cfg.out_dir / "profile")
     console.print(
         f"[bold]fleet[/]: Llama-3.1-8B-class engines on {cfg.gpu} (roofline timing), "
         f"{summary['prefill_req_per_s_per_engine']} req/s prefill and {summary['decode_req_per_s_per_engine']} "
