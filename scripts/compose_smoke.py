@@ -39,12 +39,13 @@ import json
 import os
 import re
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from planner_runtime.processes import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "planner:latest"
@@ -76,12 +77,6 @@ def run(
         tail = "\n".join(((proc.stdout or "") + (proc.stderr or "")).strip().splitlines()[-20:])
         raise SmokeFailed(f"{' '.join(argv[:4])} ... exited {proc.returncode}:\n{tail}")
     return proc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ca_bundle() -> str:

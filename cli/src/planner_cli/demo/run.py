@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +25,8 @@ from planner_cli.demo.view import render
 from planner_proto import Subjects
 from planner_runtime.bus import Bus
 from planner_runtime.natscluster import NatsCluster
-from planner_runtime.natsd import NatsServer, _die_with_parent, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import ManagedProcess, free_port
 from planner_runtime.settings import BaseSettings
 
 REPO = Path(__file__).resolve().parents[4]
@@ -157,7 +157,7 @@ class Stack:
     rec: Recorder
     requests: int
     """Requests in the workload."""
-    loadgen: subprocess.Popen[bytes] | None = None
+    loadgen: ManagedProcess | None = None
     cluster: NatsCluster | None = None
 
     @property
@@ -167,10 +167,10 @@ class Stack:
         assert self.nats is not None
         return self.nats.url
 
-    def start_loadgen(self) -> subprocess.Popen[bytes]:
+    def start_loadgen(self) -> ManagedProcess:
         out = self.cfg.out_dir
         loadgen_log = (out / "logs" / "loadgen.log").open("ab")
-        self.loadgen = subprocess.Popen(
+        self.loadgen = ManagedProcess.start(
             [
                 sys.executable,
                 "-m",
@@ -194,19 +194,13 @@ class Stack:
             ],
             stdout=loadgen_log,
             stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
         )
         loadgen_log.close()
         return self.loadgen
 
     def stop_loadgen(self) -> None:
-        if self.loadgen is not None and self.loadgen.poll() is None:
-            self.loadgen.send_signal(signal.SIGTERM)
-            try:
-                self.loadgen.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.loadgen.kill()
+        if self.loadgen is not None:
+            self.loadgen.stop(timeout_s=30)
 
 
 @contextlib.asynccontextmanager

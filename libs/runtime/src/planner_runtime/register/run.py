@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -35,7 +34,7 @@ from nats.js.kv import KeyValue
 from planner_proto import Component, DecodeError, EngineInfo
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S, Subjects
 from planner_runtime.bus import Bus, kv_get, kv_put
-from planner_runtime.natsd import _die_with_parent, free_port
+from planner_runtime.processes import ManagedProcess, free_port
 from planner_runtime.register.probe import Probe, busy, healthy, probe
 from planner_runtime.register.settings import RegisterSettings, base_capabilities
 
@@ -57,33 +56,22 @@ class Registration:
         self.key = Subjects(ns=settings.namespace, prefix=settings.subject_prefix).engine_key(
             settings.component, self.worker
         )
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: ManagedProcess | None = None
         self.stop = asyncio.Event()
         self.info: EngineInfo | None = None
 
     # --- the engine process (wrapper mode) -------------------------------------------------------
     def start_engine(self) -> None:
-        self.proc = subprocess.Popen(
-            self.command,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # a terminal's Ctrl-C reaches the wrapper, which drains first
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )
+        # its own session: a terminal's Ctrl-C reaches the wrapper, which drains first
+        self.proc = ManagedProcess.start(self.command, new_session=True)
         _say(self.worker, f"started {self.command[0]} (pid {self.proc.pid}), serving at {self.url}")
 
     def engine_exited(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
     def stop_engine(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=self.s.stop_timeout_s)
-        except subprocess.TimeoutExpired:
+        if self.proc is not None and self.proc.stop(self.s.stop_timeout_s, kill_wait_s=10):
             _say(self.worker, f"engine still running {self.s.stop_timeout_s:g} s after SIGTERM: killed", True)
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
     # --- waiting and probing ---------------------------------------------------------------------
     async def wait_serving(self, timeout_s: float) -> bool:
