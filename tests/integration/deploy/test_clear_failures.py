@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from planner_cli.commands.serve import SERVICES
+from planner_cli.services import SERVICES
 from planner_runtime.natsd import NatsServer
 from planner_runtime.processes import free_port
 

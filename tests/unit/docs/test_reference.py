@@ -7,15 +7,14 @@ import re
 from pathlib import Path
 
 from planner_cli.reference import (
-    SERVICES,
     all_metrics,
     field_docs,
     policy_ranges,
     references,
-    service_class,
     struct_fields,
     type_range,
 )
+from planner_cli.services import SERVICES, service_class
 
 ROOT = Path(__file__).resolve().parents[3]
 REF = ROOT / "docs" / "reference"

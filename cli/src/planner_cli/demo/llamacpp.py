@@ -44,8 +44,8 @@ from planner_runtime.natsd import NatsServer
 from planner_runtime.processes import ManagedProcess, free_port
 from planner_runtime.settings import BaseSettings
 
-SERVICES = ("fpm-relay", "regression", "decider", "actuator-circus")
-VLLM_SERVICES = (*SERVICES, "predictor")
+LLAMACPP_SERVICES = tuple(name for name in processes.DEMO_SERVICES if name != "predictor")
+VLLM_SERVICES = processes.DEMO_SERVICES
 """With vLLM, the predictor turns the engines' own request and token counters into traffic."""
 
 
@@ -206,7 +206,7 @@ def _ready(rec: Recorder) -> int:
 
 async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str, Any]:
     """Runs the loop and returns its figures; every process started is stopped on return."""
-    services = VLLM_SERVICES if cfg.engine == "vllm" else SERVICES
+    services = VLLM_SERVICES if cfg.engine == "vllm" else LLAMACPP_SERVICES
     if cfg.engine == "vllm":
         from planner_runtime import vllm
 

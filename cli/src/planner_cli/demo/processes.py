@@ -11,9 +11,14 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from planner_cli.services import SERVICES
 from planner_runtime.processes import ManagedProcess, free_port, wait_for_port
 
-SERVICES = ("fpm-relay", "regression", "predictor", "decider", "actuator-circus")
+NOT_DEMO_WATCHERS = ("actuator-k8s", "engine-sim", "loadgen")
+"""Services the demos do not run as circus watchers: no Kubernetes here (actuator-circus scales the
+engines), the engines are started by the actuator, the loadgen by the demo itself."""
+DEMO_SERVICES = tuple(name for name in SERVICES if name not in NOT_DEMO_WATCHERS)
+"""The services every demo runs as circus watchers, in start order."""
 
 
 @dataclass

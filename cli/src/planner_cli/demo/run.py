@@ -244,11 +244,11 @@ async def running_stack(cfg: DemoConfig, console: Console) -> AsyncIterator[Stac
             )
         else:
             console.print(f"[bold]nats-server[/] {nats_url}")
-        ports = {name: free_port() for name in processes.SERVICES}
+        ports = {name: free_port() for name in processes.DEMO_SERVICES}
         circus = processes.start_circus(out, {}, {})
         watchers = {
             name: _service_argv(name, cfg, nats_url, ports[name], circus.endpoint, fleet)
-            for name in processes.SERVICES
+            for name in processes.DEMO_SERVICES
         }
         for name, argv in watchers.items():
             log = out / "logs" / f"{name}.log"
@@ -265,7 +265,7 @@ async def running_stack(cfg: DemoConfig, console: Console) -> AsyncIterator[Stac
                     "stderr_stream": {"class": "FileStream", "filename": str(log)},
                 },
             )
-        console.print(f"[bold]circusd[/] {circus.endpoint}: {', '.join(processes.SERVICES)}")
+        console.print(f"[bold]circusd[/] {circus.endpoint}: {', '.join(processes.DEMO_SERVICES)}")
         unhealthy = await asyncio.to_thread(processes.wait_healthy, ports, 90)
         if unhealthy:
             raise RuntimeError(f"services not healthy: {unhealthy}; see {out / 'logs'}")
