@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from nats.js.kv import KeyValue
 from planner_proto import Component, DecodeError, EngineInfo
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S, Subjects
 from planner_runtime.bus import Bus, kv_get, kv_put
+from planner_runtime.cancellable import run_cancellable
 from planner_runtime.processes import ManagedProcess, free_port
 from planner_runtime.register.probe import Probe, busy, healthy, probe
 from planner_runtime.register.settings import RegisterSettings, base_capabilities
@@ -47,7 +47,7 @@ def _say(worker: str, text: str, err: bool = False) -> None:
 
 
 class Registration:
-    def __init__(self, settings: RegisterSettings, command: Sequence[str]) -> None:
+    def __init__(self, settings: RegisterSettings, command: Sequence[str], stop: asyncio.Event) -> None:
         self.s = settings
         self.worker = settings.resolved_worker_id()
         port = free_port() if command and not settings.engine_url else 0
@@ -57,7 +57,7 @@ class Registration:
             settings.component, self.worker
         )
         self.proc: ManagedProcess | None = None
-        self.stop = asyncio.Event()
+        self.stop = stop
         self.info: EngineInfo | None = None
 
     # --- the engine process (wrapper mode) -------------------------------------------------------
@@ -243,11 +243,9 @@ async def _serve(reg: Registration, kv: KeyValue) -> int:
     return 0
 
 
-async def run(settings: RegisterSettings, command: Sequence[str]) -> int:
-    reg = Registration(settings, command)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, reg.stop.set)
+async def run(settings: RegisterSettings, command: Sequence[str], stop: asyncio.Event) -> int:
+    """Register (and in wrapper mode start) the engine; setting ``stop`` drains it and ends the run."""
+    reg = Registration(settings, command, stop)
     try:
         bus = await Bus.connect(settings, name=f"register-{reg.worker}", stop=reg.stop)
     except ConnectionError as exc:
@@ -265,3 +263,9 @@ async def run(settings: RegisterSettings, command: Sequence[str]) -> int:
     finally:
         await asyncio.to_thread(reg.stop_engine)
         await bus.close()
+
+
+def main(settings: RegisterSettings, command: Sequence[str]) -> int:
+    """The process entry point: :func:`run` until SIGTERM or Ctrl-C, which drain the engine first."""
+    stop = asyncio.Event()
+    return run_cancellable(run(settings, command, stop), on_signal=stop.set)
