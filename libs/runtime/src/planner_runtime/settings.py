@@ -255,13 +255,3 @@ class LeaseSettings(BaseSettings, frozen=True, kw_only=True):
                 f"lease_renew_s ({self.lease_renew_s:g}) must be at most a third of lease_ttl_s "
                 f"({self.lease_ttl_s:g}), so that a renewal or two can fail without losing the lease"
             )
-
-
-class ActuatorSettings(LeaseSettings, frozen=True, kw_only=True):
-    """What every actuator has (planner_runtime.actuation)."""
-
-    actuator_id: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$", max_length=64)] = "actuator"
-    """Names this actuator in acks, its durable consumer, its state key and its lease: instances
-    with the same id are one active actuator plus standbys."""
-    ready_timeout_s: Annotated[float, Meta(gt=0, le=86400)] = 900.0
-    """A decision not complete after this long is acked ``failed`` (work goes on)."""
