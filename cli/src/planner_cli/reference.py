@@ -1,8 +1,8 @@
 """The configuration and metrics references of the manual, generated from the code.
 
 Configuration: every service's settings struct (its fields in order, type, default, allowed range,
-flag and env var, and the field's docstring). Decider fields that mirror ``PolicyConfig`` take their
-text from ``PolicyConfig`` and their range from ``validate_config``. Metrics: every metric a
+flag and env var, and the field's docstring); a group of settings (the decider's ``PolicyConfig``)
+is listed field by field in its place, from its own declarations. Metrics: every metric a
 service registers (its own, the service skeleton's, the NATS bus's), with type, labels, unit and
 help text. ``planner reference --check`` fails when the files in ``docs/reference/`` differ.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import re
 import textwrap
 from dataclasses import dataclass
 from typing import Any
@@ -52,28 +51,6 @@ def field_docs(cls: type) -> dict[str, str]:
                 and isinstance(nxt.value.value, str)
             ):
                 out[node.target.id] = " ".join(inspect.cleandoc(nxt.value.value).split())
-    return out
-
-
-def policy_ranges() -> dict[str, str]:
-    """Allowed ranges of the PolicyConfig fields, read from ``validate_config`` (its sets of
-    positive / non-negative / >= 1 fields and its messages ``"NAME: must be ..."``)."""
-    from planner_core.policy import config as pc
-
-    out: dict[str, str] = {}
-    for attr, text in (
-        ("_POSITIVE", "> 0"),
-        ("_NON_NEGATIVE", ">= 0"),
-        ("_NON_NEGATIVE_INT", ">= 0"),
-        ("_MIN_ONE_INT", ">= 1"),
-    ):
-        for name in getattr(pc, attr, ()):
-            out[name] = text
-    src = inspect.getsource(pc.validate_config)
-    for m in re.finditer(r'"([a-z_]+): must be ([^"{]+?)(?:, got|")', src):
-        out[m.group(1)] = m.group(2).strip()
-    for m in re.finditer(r'"([a-z_]+)/([a-z_]+): need ([^"]+)"', src):
-        out[m.group(1)] = out[m.group(2)] = m.group(3).strip()
     return out
 
 
@@ -148,16 +125,26 @@ def struct_fields(cls: type[BaseSettings]) -> tuple[msgspec.inspect.Field, ...]:
     return info.fields
 
 
+def settings_rows(cls: type[BaseSettings]) -> list[tuple[msgspec.inspect.Field, str]]:
+    """Every setting of ``cls`` in order with its docstring; a group (a dataclass-typed field, see
+    ``planner_runtime.settings``) contributes its own fields and their docstrings in its place."""
+    docs = field_docs(cls)
+    out: list[tuple[msgspec.inspect.Field, str]] = []
+    for f in struct_fields(cls):
+        if isinstance(f.type, msgspec.inspect.DataclassType):
+            group_docs = field_docs(f.type.cls)
+            out += [(g, group_docs.get(g.name, "")) for g in f.type.fields]
+        else:
+            out.append((f, docs.get(f.name, "")))
+    return out
+
+
 def cell(text: str) -> str:
     return text.replace("``", "`").replace("|", "\\|").replace("\n", " ")
 
 
 # ---- configuration ----------------------------------------------------------------------------
 def configuration() -> str:
-    from planner_core.policy import PolicyConfig
-
-    pdocs, pranges = field_docs(PolicyConfig), policy_ranges()
-    policy_fields = set(PolicyConfig.__dataclass_fields__)
     lines = [
         HEADER,
         "# Configuration reference\n",
@@ -170,12 +157,12 @@ def configuration() -> str:
         "once under [Common settings](#common-settings).\n",
     ]
     common = {f.name for f in struct_fields(_lease_settings())}
-    lines += ["## Common settings\n", *_table(_lease_settings(), set(), {}, {}, None)]
+    lines += ["## Common settings\n", *_table(_lease_settings(), set())]
     for name in SERVICES:
         cls = service_class(name).settings_type
         doc = inspect.cleandoc(cls.__doc__ or "")
         lines += [f"## {name}\n", f"{doc}\n" if doc else ""]
-        lines += _table(cls, common, pdocs, pranges, policy_fields)
+        lines += _table(cls, common)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -185,24 +172,15 @@ def _lease_settings() -> type[BaseSettings]:
     return LeaseSettings
 
 
-def _table(
-    cls: type[BaseSettings],
-    skip: set[str],
-    pdocs: dict[str, str],
-    pranges: dict[str, str],
-    policy_fields: set[str] | None,
-) -> list[str]:
-    docs = field_docs(cls)
+def _table(cls: type[BaseSettings], skip: set[str]) -> list[str]:
     rows = [
         "| setting | type | default | range | env / flag | meaning |",
         "|---|---|---|---|---|---|",
     ]
-    for f in struct_fields(cls):
+    for f, text in settings_rows(cls):
         if f.name in skip:
             continue
-        mirrored = policy_fields is not None and f.name in policy_fields
-        text = docs.get(f.name) or (pdocs.get(f.name, "") if mirrored else "")
-        rng = type_range(f.type) or (pranges.get(f.name, "") if mirrored else "")
+        rng = type_range(f.type)
         rows.append(
             f"| `{f.name}` | {cell(type_name(f.type))} | {cell(default_text(f))} | {cell(rng)} "
             f"| `{env_name(f.name)}` `{flag_name(f.name)}` | {cell(text)} |"
