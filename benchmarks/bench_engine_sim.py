@@ -28,7 +28,8 @@ import msgspec
 import nats
 
 from planner_proto import GenerateRequest, Subjects, TokenChunk, encode
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 DECODER = msgspec.json.Decoder(TokenChunk)

@@ -3,8 +3,8 @@ H200 Llama-3.1-8B FP8 TP1 vLLM profile (../shared/data/dynamo/h200_llama31_8b_fp
 
 The estimate is built exactly as the CLI builds it (calibrated serving timing + memory model, and
 with --plain-roofline the uncalibrated roofline; Llama-3.1-8B
-config, H200, FP8 weights, context 16384 and max_num_seqs 1024 like the reference run), written to a
-temporary folder, read back with the decider's loaders and queried through its interpolators:
+config, H200, FP8 weights, context 16384 and max_num_seqs 1024 like the reference run) and queried
+through the decider's interpolators:
 TTFT at each real ISL; ITL at each real decode point's concurrency and context (concurrency =
 kv_usage * max_kv_tokens / context, with the real profile's max_kv_tokens). For comparison, the same
 figures straight from the timing models (no profile grid in between): roofline, and the calibrated
@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from planner_cli.estimate import estimate_profile
 from planner_core.engine.roofline import RooflineTiming
 from planner_core.engine.timing import fit_calibrated, mape_pct, profile_mape
 from planner_core.hardware import gpu_spec
 from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
 from planner_core.modelcfg import load_model_config, quant_from_flag
 from planner_core.profile import DecodeProfile, PrefillProfile, load_decode, load_prefill
+from planner_core.profiling.model_estimate import estimate_model
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,18 +42,11 @@ def main() -> None:
     real_p = load_prefill(dyn / "h200_llama31_8b_fp8_tp1_prefill_raw_data.npz")
     real_d = load_decode(dyn / "h200_llama31_8b_fp8_tp1_decode_raw_data.npz")
 
-    with tempfile.TemporaryDirectory(prefix="bench-estimate-") as tmp:
-        summary, _, _ = estimate_profile(
-            cfg, "H200", Path(tmp), quant="fp8", max_model_len=16384, max_num_seqs=1024
-        )
-        est_p = load_prefill(Path(tmp) / "prefill_raw_data.npz")
-        est_d = load_decode(Path(tmp) / "decode_raw_data.npz")
-        estimate_profile(
-            cfg, "H200", Path(tmp) / "plain", quant="fp8", max_model_len=16384, max_num_seqs=1024,
-            plain_roofline=True,
-        )  # fmt: skip
-        plain_p = load_prefill(Path(tmp) / "plain" / "prefill_raw_data.npz")
-        plain_d = load_decode(Path(tmp) / "plain" / "decode_raw_data.npz")
+    llama = load_model_config(cfg)
+    summary, est_p, est_d = estimate_model(llama, "H200", quant="fp8", max_model_len=16384, max_num_seqs=1024)
+    _, plain_p, plain_d = estimate_model(
+        llama, "H200", quant="fp8", max_model_len=16384, max_num_seqs=1024, plain_roofline=True
+    )
     conc = real_d.kv_usage * real_d.max_kv_tokens / real_d.context_length_tokens
 
     def through_decider(p: PrefillProfile, d: DecodeProfile) -> tuple[np.ndarray, np.ndarray]:
@@ -65,7 +57,7 @@ def main() -> None:
 
     ttft, itl = through_decider(est_p, est_d)
     plain_ttft, plain_itl = through_decider(plain_p, plain_d)
-    roof = RooflineTiming.build(load_model_config(cfg), gpu_spec("H200"), quant=quant_from_flag("fp8"))
+    roof = RooflineTiming.build(llama, gpu_spec("H200"), quant=quant_from_flag("fp8"))
     calibrated = fit_calibrated(real_p, real_d)
     rows = {
         "estimate_profile": {
@@ -104,7 +96,7 @@ def main() -> None:
     for name, r in rows.items():
         print(f"{name:<24} {r['ttft_mape_pct']:>9.1f}% {r['itl_mape_pct']:>9.1f}%")
     print(
-        "estimate_profile = the --estimate NPZ (calibrated, vLLM) through the decider's interpolators; "
+        "estimate_profile = the --estimate profile (calibrated, vLLM) through the decider's interpolators; "
         "estimate_plain_roofline = the same with --plain-roofline; *_direct = timing model"
     )
 

@@ -21,7 +21,6 @@ import argparse
 import datetime
 import json
 import math
-import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -30,12 +29,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from planner_cli.estimate import EstimateError, estimate_profile
 from planner_core.engine.timing import decode_points
 from planner_core.hardware import gpu_spec
 from planner_core.modelcfg import ModelConfig, QuantConfig, load_model_config
 from planner_core.profile import load_decode, load_prefill
 from planner_core.profiling.calibration import BACKENDS, flat_values, weight_format
+from planner_core.profiling.model_estimate import EstimateError, estimate_model
 from planner_core.profiling.serving import ServingParams, kv_capacity_for, predict_serving
 from planner_core.profiling.silicon import (
     ProfilePoint,
@@ -88,15 +87,15 @@ def profile_points(dyn: Path) -> list[ProfilePoint]:
     return out
 
 
-def product_row(row: SiliconRow, model: ModelConfig, out: Path) -> tuple[float, float]:
+def product_row(row: SiliconRow, model: ModelConfig) -> tuple[float, float]:
     """TTFT/TPOT of the row as `planner profile --estimate` gives them (nan when it cannot estimate)."""
     fmt = row.point.weight_format
     if weight_format(model.quant) != fmt:
         model = replace(model, quant=QUANT_OF.get(fmt))
     pt = row.point
     try:
-        summary, _, _ = estimate_profile(
-            model, gpu_spec(row.system), out, tp=pt.tp, kv_dtype="fp8" if pt.kv_bytes == 1.0 else "auto",
+        summary, _, _ = estimate_model(
+            model, gpu_spec(row.system), tp=pt.tp, kv_dtype="fp8" if pt.kv_bytes == 1.0 else "auto",
             max_model_len=pt.isl + pt.osl, max_num_seqs=max(pt.concurrency, 256), isl=pt.isl, osl=pt.osl,
             backend=row.backend, concurrency=pt.concurrency,
         )  # fmt: skip
@@ -195,8 +194,7 @@ def main() -> int:
                 if row.system == system:
                     logo[i] = predict_row(row, load, params)
         preds["logo"] = logo
-    with tempfile.TemporaryDirectory(prefix="bench-product-") as tmp:
-        preds["product"] = [product_row(r, load(r.model_path), Path(tmp)) for r in rows]
+    preds["product"] = [product_row(r, load(r.model_path)) for r in rows]
     no_product = sum(math.isnan(p[0]) for p in preds["product"])
     # rows where the (fitted) KV cache cannot hold the whole batch: requests wait for whole requests to
     # finish, and backends differ (TRT-LLM waits, vLLM preempts): the model's weak spot, shown apart

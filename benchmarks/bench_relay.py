@@ -338,7 +338,8 @@ async def bench(n: int, reps: int, relay_flags: list[str], naive: bool = False) 
     import nats
     import zmq  # noqa: F401  (fail early when missing)
 
-    from planner_runtime.natsd import NatsServer, free_port
+    from planner_runtime.natsd import NatsServer
+    from planner_runtime.processes import free_port
 
     out: dict[str, Any] = {
         "payload_bytes": len(payload(123456)),

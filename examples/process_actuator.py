@@ -17,9 +17,8 @@ from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
 
-from planner_runtime.actuation import ActuatorService, Backend, Seen, WorkerRecord
+from planner_runtime.actuation import ActuatorService, ActuatorSettings, Backend, Seen, WorkerRecord
 from planner_runtime.service import run_service
-from planner_runtime.settings import ActuatorSettings
 
 
 class ProcessSettings(ActuatorSettings, frozen=True, kw_only=True):

@@ -39,16 +39,27 @@ import json
 import os
 import re
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from planner_cli.services import SERVICES as PLANNER_SERVICES
+from planner_runtime.processes import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "planner:latest"
-SERVICES = ("nats", "engines", "actuator", "fpm-relay", "regression", "predictor", "decider", "loadgen")
+COMPOSE_NAMES = {"actuator-circus": "actuator", "engine-sim": "engines"}
+"""Planner services whose docker-compose.yml service has another name ("engines": the circusd engine
+host whose watchers are the engine-sim workers actuator-circus starts)."""
+NOT_IN_COMPOSE = ("actuator-k8s",)
+SERVICES = (
+    "nats",
+    *(COMPOSE_NAMES.get(name, name) for name in PLANNER_SERVICES if name not in NOT_IN_COMPOSE),
+)
+"""The compose services the smoke starts: NATS and every planner service (not Prometheus and
+Grafana, whose images cannot be pulled here)."""
 USERS = ("fpm-relay", "regression", "predictor", "decider", "actuator", "engine", "loadgen", "observer")
 NAMESPACE = "prod"
 T0 = time.monotonic()
@@ -76,12 +87,6 @@ def run(
         tail = "\n".join(((proc.stdout or "") + (proc.stderr or "")).strip().splitlines()[-20:])
         raise SmokeFailed(f"{' '.join(argv[:4])} ... exited {proc.returncode}:\n{tail}")
     return proc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ca_bundle() -> str:

@@ -27,6 +27,7 @@ from planner_proto import Component, ComponentReplicas, ReplicaStatus, Subjects,
 from planner_regression.service import RegressionService
 from planner_regression.settings import RegressionSettings
 from planner_runtime.natsd import NatsServer
+from planner_runtime.settings import load_settings
 from scale.engines import decode_pass, prefill_pass
 
 NS = "atscale"
@@ -50,15 +51,16 @@ async def _run(workers: int, messages: int, ticks: int) -> dict[str, Any]:
         reg = RegressionService(msgspec.convert({**common, "tick_s": 3600.0}, RegressionSettings))
         reg_task = asyncio.create_task(reg.run())
         dec = DeciderService(
-            msgspec.convert(
-                {
+            load_settings(
+                DeciderSettings,
+                flags={
                     **common,
                     "advisory": True,
                     "max_gpu_budget": -1,
                     "max_replicas": -1,
                     "load_interval_s": 60.0,
                 },
-                DeciderSettings,
+                env={},
             )
         )
         dec_task = asyncio.create_task(dec.run())

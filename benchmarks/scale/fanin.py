@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 from scale.readings import proc_cpu_s, scrape, total
 
 HERE = Path(__file__).resolve().parent

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import die_with_parent
 
 
 @dataclass
@@ -31,15 +32,6 @@ class Proc:
 
     def alive(self) -> bool:
         return self.popen.poll() is None
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 @dataclass
@@ -60,7 +52,7 @@ class Fleet:
                 stdout=subprocess.PIPE if pipes else log,
                 stderr=log,
                 start_new_session=True,  # Ctrl-C reaches the harness only; it stops the rest in order
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
                 env={**os.environ, "PYTHONFAULTHANDLER": "1"},
             )
         proc = Proc(name, role, popen, http_port, log_path)

@@ -40,7 +40,8 @@ import msgspec
 from planner_proto import ComponentReplicas, ReplicaStatus, Subjects, encode
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
 from planner_runtime.bus import Bus
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 from planner_runtime.settings import BaseSettings
 from scale.config import ScaleConfig
 from scale.fleet import Fleet, command, tail

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from planner_runtime.natsd import free_port
+from planner_runtime.processes import free_port
 from scale.config import ScaleConfig
 from scale.fleet import Fleet, Proc, read_json_line, tail
 from scale.readings import scrape, total

@@ -182,7 +182,7 @@ async def test_an_unacknowledged_publish_is_sent_again_and_kept_once(
 
 
 async def test_connect_gives_up_with_clear_error() -> None:
-    from planner_runtime.natsd import free_port
+    from planner_runtime.processes import free_port
 
     with pytest.raises(ConnectionError, match="cannot connect to NATS"):
         await Bus.connect(BaseSettings(nats_url=f"nats://127.0.0.1:{free_port()}"), max_wait_s=0.5)

@@ -17,7 +17,8 @@ import pytest
 
 from planner_proto import TrafficSample
 from planner_runtime.bus import Bus
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 from planner_runtime.settings import BaseSettings
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,8 @@ import socket
 
 import pytest
 
-from planner_runtime.natsd import NatsServer, wait_for_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import wait_for_port
 
 pytestmark = pytest.mark.integration
 

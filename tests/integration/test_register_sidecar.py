@@ -18,7 +18,8 @@ import pytest
 from planner_proto import EngineInfo
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S, Subjects
 from planner_runtime.bus import Bus, kv_get, kv_put
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 from planner_runtime.settings import BaseSettings
 
 from .standin_vllm import StandinVllm

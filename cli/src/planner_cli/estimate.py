@@ -1,11 +1,5 @@
-"""The GPU-free profile estimate shared by `planner profile --estimate` and the demo.
-
-Per-pass times come from the calibrated serving model (:mod:`planner_core.profiling.calibration`:
-efficiencies fitted on measured TTFT/TPOT of vLLM, SGLang and TRT-LLM engines, ``backend`` picks the
-set), or, with ``plain_roofline``, from the uncalibrated roofline
-(:class:`planner_core.engine.RooflineTiming`). The summary adds the steady-state TTFT and TPOT at a
-concurrency (``concurrency``; 0 = the largest that meets the ITL target) from the same timing model.
-"""
+"""The file side of the GPU-free estimate (:mod:`planner_core.profiling.model_estimate`): read a
+``--gpu-spec`` YAML file and a model config.json, write the profile files the decider reads."""
 
 from __future__ import annotations
 
@@ -13,194 +7,49 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from planner_core.hardware import GpuSelection, GpuSpec
+from planner_core.hardware import GpuSelection
 from planner_core.modelcfg import ModelConfig
-from planner_core.profile import DecodeProfile, PrefillProfile
-
-# Architecture of a Llama-3.1-8B-class model (public facts), for when no config.json is at hand.
-LLAMA_8B_ARCH: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "hidden_act": "silu",
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 500000.0,
-}
-
-
-class EstimateError(Exception):
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
+from planner_core.profiling.model_estimate import LLAMA_8B_ARCH, EstimateError, ModelEstimate, select_gpu
 
 
 def resolve_gpu(name: str, memory_gib: float | None = None, spec_path: str | None = None) -> GpuSelection:
-    """``--gpu`` (loose name, "4x H100" = 4 GPUs), ``--gpu-memory-gib`` and ``--gpu-spec FILE.yaml``
-    as one selection; every failure is an :class:`EstimateError` with one clear line."""
-    from planner_core.hardware import UnknownGpuError, custom_gpu, gpu_from_mapping, parse_gpu
+    """:func:`select_gpu` with ``--gpu-spec`` read from ``spec_path``; every failure is an
+    :class:`EstimateError` with one clear line."""
+    if not spec_path:
+        return select_gpu(name, memory_gib)
+    import yaml
 
     try:
-        if spec_path:
-            import yaml
+        raw = yaml.safe_load(Path(spec_path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise EstimateError(f"--gpu-spec {spec_path}: cannot read: {exc}") from None
+    if not isinstance(raw, dict):
+        raise EstimateError(f"--gpu-spec {spec_path}: top level must be a mapping")
+    return select_gpu(name, memory_gib, raw, spec_path)
 
-            try:
-                raw = yaml.safe_load(Path(spec_path).read_text())
-            except (OSError, yaml.YAMLError) as exc:
-                raise EstimateError(f"--gpu-spec {spec_path}: cannot read: {exc}") from None
-            if not isinstance(raw, dict):
-                raise EstimateError(f"--gpu-spec {spec_path}: top level must be a mapping")
-            spec = gpu_from_mapping(raw, spec_path)
-            if memory_gib:
-                spec = custom_gpu(spec, memory_gib)
-            return GpuSelection(spec, 1)
-        try:
-            sel = parse_gpu(name)
-        except UnknownGpuError:
-            if not memory_gib:
-                raise
-            return GpuSelection(custom_gpu(None, memory_gib, name), 1)
-        if memory_gib:
-            return GpuSelection(custom_gpu(sel.spec, memory_gib), sel.count)
-        return sel
-    except UnknownGpuError as exc:
+
+def load_model(path: Path) -> ModelConfig:
+    """The model config at ``path``; an unreadable or invalid one is an :class:`EstimateError`."""
+    from planner_core.modelcfg import ModelConfigError, load_model_config
+
+    try:
+        return load_model_config(path)
+    except ModelConfigError as exc:
         raise EstimateError(str(exc)) from None
+
+
+def write_profile(estimate: ModelEstimate, out: Path) -> dict[str, Any]:
+    """Write ``prefill_raw_data.npz`` and ``decode_raw_data.npz`` to ``out``; the summary with
+    ``out`` added."""
+    from planner_core.profile import save_decode, save_prefill
+
+    out.mkdir(parents=True, exist_ok=True)
+    save_prefill(estimate.prefill, out / "prefill_raw_data.npz")
+    save_decode(estimate.decode, out / "decode_raw_data.npz")
+    return estimate.summary | {"out": str(out)}
 
 
 def write_default_model_config(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(LLAMA_8B_ARCH, indent=1))
     return path
-
-
-def estimate_profile(
-    model_path: Path | ModelConfig,
-    gpu_name: str | GpuSpec,
-    out: Path,
-    *,
-    tp: int = 1,
-    quant: str = "",
-    kv_dtype: str = "auto",
-    max_model_len: int = 8192,
-    gpu_memory_utilization: float = 0.9,
-    max_num_batched_tokens: int = 8192,
-    max_num_seqs: int = 256,
-    ttft_ms: float = 500.0,
-    itl_ms: float = 50.0,
-    isl: float = 1155.0,
-    osl: float = 211.0,
-    backend: str = "vllm",
-    plain_roofline: bool = False,
-    concurrency: int = 0,
-    expert_parallel: bool = False,
-) -> tuple[dict[str, Any], PrefillProfile, DecodeProfile]:
-    """Write ``prefill_raw_data.npz`` and ``decode_raw_data.npz`` to ``out``; return a summary.
-    ``model_path`` is a config.json, or an already loaded :class:`ModelConfig`."""
-    from dataclasses import replace
-
-    from planner_core.engine import RooflineTiming, TimingModel
-    from planner_core.hardware import gpu_spec
-    from planner_core.memory.breakdown import predict_memory
-    from planner_core.memory.settings import EngineSettings
-    from planner_core.modelcfg import ModelConfigError, load_model_config, quant_from_flag
-    from planner_core.profile import save_decode, save_prefill
-    from planner_core.profiling import EngineShape, estimate_decode, estimate_prefill, recommend
-    from planner_core.profiling.calibration import UnknownBackendError, product_timing
-    from planner_core.profiling.serving import ServingTiming, serve
-
-    name = model_path.name if isinstance(model_path, Path) else Path(model_path.source).name
-    try:
-        model = load_model_config(model_path) if isinstance(model_path, Path) else model_path
-        gpu = gpu_spec(gpu_name) if isinstance(gpu_name, str) else gpu_name
-        if gpu.hbm_gb_s <= 0 or gpu.bf16_tflops <= 0:
-            raise EstimateError(
-                f"GPU '{gpu.name}' has no bandwidth/FLOPs figures: a performance estimate needs "
-                "--gpu-spec FILE.yaml with hbm_gb_s and bf16_tflops"
-            )
-        q = quant_from_flag(quant) if quant else None
-        settings = EngineSettings(
-            max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization,
-            tp=tp,
-            quantization=quant,
-            kv_cache_dtype=kv_dtype,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-        )
-        mem = predict_memory(model, gpu.memory_gib, settings)
-        timing: TimingModel
-        serving: ServingTiming | None = None
-        if plain_roofline:
-            timing = RooflineTiming.build(model, gpu, quant=q, kv_dtype=kv_dtype, tp=tp)
-        else:
-            # the checkpoint's own quantization wins over --quantization (vLLM only names the kernel)
-            if expert_parallel and model.moe is None:
-                raise EstimateError(f"--expert-parallel: {name} has no MoE layers")
-            ep = tp if expert_parallel else 1
-            serving = product_timing(model, gpu, model.quant or q, kv_dtype, tp, backend, ep=ep)
-            serving = replace(serving, params=replace(serving.params, chunk_tokens=max_num_batched_tokens))
-            timing = serving
-    except (ModelConfigError, KeyError, ValueError) as exc:
-        if isinstance(exc, UnknownBackendError):
-            raise EstimateError(f"--backend: {exc}") from None
-        if isinstance(exc, KeyError) and exc.args:
-            raise EstimateError(str(exc.args[0])) from None
-        raise EstimateError(str(exc)) from None
-    if mem.kv_cache_tokens < max_model_len:
-        raise EstimateError(
-            f"{name} does not fit on {gpu.name} x{tp}: KV cache {mem.kv_cache_gib:.1f} GiB "
-            f"({mem.kv_cache_tokens} tokens) < max_model_len {max_model_len}",
-            code=1,
-        )
-    shape = EngineShape(
-        max_kv_tokens=mem.kv_cache_tokens,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
-        context_length_tokens=max_model_len,
-        gpus=tp,
-    )
-    prefill = estimate_prefill(timing, shape, intake_s=serving.intake_s if serving else None)
-    decode = estimate_decode(timing, shape)
-    out.mkdir(parents=True, exist_ok=True)
-    save_prefill(prefill, out / "prefill_raw_data.npz")
-    save_decode(decode, out / "decode_raw_data.npz")
-    rec = recommend(prefill, decode, ttft_ms, itl_ms, isl, isl + osl / 2)
-    summary: dict[str, Any] = {
-        "model": str(model_path) if isinstance(model_path, Path) else model.source,
-        "gpu": gpu.name,
-        "tp": tp,
-        "expert_parallel": expert_parallel,
-        "timing": "roofline (uncalibrated)" if serving is None else f"calibrated ({backend})",
-        "max_kv_tokens": mem.kv_cache_tokens,
-        "num_gpu_blocks": mem.num_gpu_blocks,
-        "kv_cache_gib": round(mem.kv_cache_gib, 2),
-        "ttft_ms_at_isl": round(float(np.interp(isl, prefill.isl_tokens, prefill.ttft_ms)), 1),
-        "max_isl_meeting_ttft": rec.max_isl_meeting_ttft,
-        "prefill_thpt_per_gpu": round(rec.prefill_thpt_per_gpu_at_isl),
-        "decode_best_thpt_per_gpu": round(rec.decode_best_thpt_per_gpu),
-        "decode_max_concurrency_at_itl": rec.decode_max_concurrency_at_itl,
-        "prefill_req_per_s_per_engine": round(rec.prefill_thpt_per_gpu_at_isl * tp / isl, 2),
-        "decode_req_per_s_per_engine": round(rec.decode_best_thpt_per_gpu * tp / osl, 2),
-    }
-    if serving is not None:
-        # steady state of an aggregated engine (prefill and decode together) at that concurrency
-        conc = concurrency or max(1, min(max_num_seqs, int(rec.decode_max_concurrency_at_itl)))
-        est = serve(serving, round(isl), round(osl), conc, mem.kv_cache_tokens, max_num_seqs)
-        summary |= {
-            "serving_concurrency": conc,
-            "serving_ttft_ms": round(est.ttft_ms, 2),
-            "serving_tpot_ms": round(est.tpot_ms, 3),
-            "serving_running": est.running,
-        }
-    summary["out"] = str(out)
-    return summary, prefill, decode

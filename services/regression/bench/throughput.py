@@ -19,7 +19,8 @@ from pathlib import Path
 
 from planner_proto import ForwardPassMetrics, ScheduledRequestMetrics, Subjects, encode_fpm
 from planner_runtime.bus import Bus
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 from planner_runtime.settings import BaseSettings
 
 

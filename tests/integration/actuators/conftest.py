@@ -25,7 +25,8 @@ from planner_actuator_circus.service import CircusActuator
 from planner_actuator_circus.settings import CircusActuatorSettings
 from planner_proto import ReplicaStatus, ScalingAck, ScalingDecision, Subjects
 from planner_runtime.bus import Bus
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 from planner_runtime.settings import BaseSettings
 
 HERE = Path(__file__).resolve().parent

@@ -33,7 +33,8 @@ from unittest import mock
 import pytest
 import yaml
 
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 NATS_DIR = REPO / "deploy" / "nats"

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from planner_cli.commands.serve import SERVICES
-from planner_runtime.natsd import NatsServer, free_port
+from planner_cli.services import SERVICES
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 
 pytestmark = pytest.mark.integration
 

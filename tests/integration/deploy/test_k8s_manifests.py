@@ -32,7 +32,8 @@ import pytest
 from planner_proto import ScalingAck, ScalingDecision, Subjects, decode
 from planner_proto.subjects import ENGINES_TTL_S
 from planner_runtime.bus import Bus
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 from planner_runtime.settings import BaseSettings
 
 pytestmark = [

@@ -14,7 +14,8 @@ import pytest
 
 from planner_proto import Component, EngineInfo, Subjects, encode
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 
 from .relay_helpers import (
     NS,

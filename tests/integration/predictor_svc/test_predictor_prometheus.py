@@ -27,7 +27,8 @@ from planner_predictor.service import PredictorService
 from planner_predictor.settings import PredictorSettings
 from planner_proto import LoadForecast, Subjects, TrafficSample
 from planner_runtime.bus import Bus
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 from planner_runtime.settings import BaseSettings
 
 pytestmark = pytest.mark.integration

@@ -34,7 +34,8 @@ from planner_proto.subjects import ENGINES_BUCKET, STATE_BUCKET
 from planner_regression.service import RegressionService
 from planner_regression.settings import RegressionSettings
 from planner_runtime.bus import Bus, kv_put
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 from planner_runtime.settings import BaseSettings
 
 from ..inbox import Inbox

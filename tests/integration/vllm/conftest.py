@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from planner_runtime import vllm
-from planner_runtime.natsd import free_port
+from planner_runtime.processes import free_port
 from planner_runtime.register.probe import healthy
 
 HOW = (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import typing
 from dataclasses import fields
 from pathlib import Path
 
@@ -9,20 +11,62 @@ import pytest
 
 from planner_cli.commands.ack import parse_ready
 from planner_core.policy import PolicyConfig, PolicyKind, ThresholdVariant
+from planner_core.policy.config import field_bounds
 from planner_core.profile import save_decode, save_prefill
 from planner_decider.capacity import load_capacity, profile_files
 from planner_decider.report import DecisionRow, History, TickPoint, render_html, svg_chart
 from planner_decider.settings import DeciderSettings
-from planner_runtime.settings import SettingsError, load_settings, settings_from_args
+from planner_runtime.settings import (
+    SettingsError,
+    add_flags,
+    env_name,
+    load_settings,
+    setting_types,
+    settings_from_args,
+)
 
 from .decider_helpers import profiles
 
 
 def test_every_policy_knob_is_a_setting_with_the_same_default() -> None:
     s = load_settings(DeciderSettings, env={})
-    assert {f.name for f in fields(PolicyConfig)} <= set(DeciderSettings.__struct_fields__)
-    assert s.policy_config() == PolicyConfig()
-    assert s.ack_timeout_s == 1800.0 and s.throughput_interval_s == 180.0 and s.load_interval_s == 5.0
+    knobs = [f.name for f in fields(PolicyConfig)]
+    assert set(knobs) <= set(setting_types(DeciderSettings))
+    assert s.policy_config == PolicyConfig()
+    assert s.ack_timeout_s == 1800.0 and s.tick_s() == PolicyConfig().load_interval_s
+    # each knob is read by its own name from flags, env and YAML, into the policy's config
+    parser = argparse.ArgumentParser()
+    add_flags(parser, DeciderSettings)
+    flags = {a.dest for a in parser._actions}
+    for name in knobs:
+        assert f"setting__{name}" in flags, name
+    assert "setting__policy_config" not in flags
+    with pytest.raises(SettingsError, match=r"unknown setting.*policy_config"):
+        load_settings(DeciderSettings, flags={"policy_config": {}}, env={})
+
+
+def test_every_policy_knob_has_a_meaning_and_every_number_a_range() -> None:
+    from planner_cli.reference import field_docs, settings_rows, type_range
+
+    docs = field_docs(PolicyConfig)
+    rows = {f.name: (f, text) for f, text in settings_rows(DeciderSettings)}
+    bounds = field_bounds()
+    hints = typing.get_type_hints(PolicyConfig, include_extras=True)
+    numbers = [n for n, tp in hints.items() if (typing.get_args(tp) or (tp,))[0] in (int, float)]
+    assert "ttft_target_ms" in numbers and "max_gpu_budget" in numbers and "advisory" not in numbers
+    for f in fields(PolicyConfig):
+        assert docs.get(f.name), f"PolicyConfig.{f.name} has no docstring"
+        assert rows[f.name][1] == docs[f.name]
+    for name in numbers:
+        assert name in bounds, f"PolicyConfig.{name} has no range"
+        assert type_range(rows[name][0].type) == ", ".join(f"{op} {b:g}" for op, b in bounds[name])
+
+
+def test_a_knob_out_of_range_names_its_setting() -> None:
+    for name, (op, bound) in ((n, b[0]) for n, b in field_bounds().items()):
+        bad = bound - 1 if op in (">", ">=") else bound + 1
+        with pytest.raises(SettingsError, match=f"setting '{name}' \\(--{name.replace('_', '-')}"):
+            load_settings(DeciderSettings, env={env_name(name): str(bad)})
 
 
 def test_settings_from_env_yaml_and_flags(tmp_path: Path) -> None:
@@ -34,7 +78,7 @@ def test_settings_from_env_yaml_and_flags(tmp_path: Path) -> None:
         env={"PLANNER_MAX_GPU_BUDGET": "16", "PLANNER_ACK_TIMEOUT_S": "60"},
         config_file=cfg,
     )
-    pc = s.policy_config()
+    pc = s.policy_config
     assert pc.policy is PolicyKind.LOAD and pc.ttft_target_ms == 300 and pc.itl_target_ms == 20
     assert pc.advisory and pc.max_gpu_budget == 16 and s.ack_timeout_s == 60
     assert s.components == ["prefill", "decode"]
@@ -54,10 +98,9 @@ def test_threshold_variant_by_its_name_or_its_former_name(
     from_env = load_settings(DeciderSettings, env={"PLANNER_THRESHOLD_VARIANT": given})
     from_flag = settings_from_args(DeciderSettings, ["--threshold-variant", given], prog="decider")
     for s in (from_file, from_env, from_flag):
-        assert s.threshold_variant is ThresholdVariant.ORIGINAL_KV_QUEUE
-        assert s.policy_config().threshold_variant is ThresholdVariant.ORIGINAL_KV_QUEUE
+        assert s.policy_config.threshold_variant is ThresholdVariant.ORIGINAL_KV_QUEUE
     assert ThresholdVariant(given) is ThresholdVariant.ORIGINAL_KV_QUEUE
-    assert str(from_flag.threshold_variant) == "original_kv_queue"  # what logs and reports show
+    assert str(from_flag.policy_config.threshold_variant) == "original_kv_queue"  # what logs show
 
 
 def test_threshold_variant_other_names_are_refused(capsys: pytest.CaptureFixture[str]) -> None:

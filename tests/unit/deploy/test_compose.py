@@ -101,3 +101,22 @@ def test_smoke_override_only_swaps_the_nats_image() -> None:
     assert _compose()["services"]["nats"]["entrypoint"] == ["nats-server"]
     smoke = (REPO / "scripts" / "compose_smoke.py").read_text()
     assert "deploy/compose-smoke.yml" in smoke and "docker-compose.yml" in smoke
+
+
+def test_the_smoke_starts_nats_and_every_planner_service_of_the_compose_file() -> None:
+    """The smoke's list comes from the product's services (planner_cli.services); it must name
+    exactly the compose services that run the planner, and NATS."""
+    import importlib.util
+
+    from planner_cli.services import SERVICES as PLANNER_SERVICES
+
+    spec = importlib.util.spec_from_file_location("compose_smoke", REPO / "scripts" / "compose_smoke.py")
+    assert spec is not None and spec.loader is not None
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+    services = _compose()["services"]
+    on_planner_image = {name for name, svc in services.items() if svc.get("image") == "planner:latest"}
+    assert set(smoke.SERVICES) == {"nats"} | on_planner_image
+    assert len(smoke.SERVICES) == len(set(smoke.SERVICES))
+    # every planner service but the Kubernetes actuator runs in the compose stack
+    assert len(on_planner_image) == len(PLANNER_SERVICES) - 1

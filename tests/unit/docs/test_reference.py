@@ -7,15 +7,13 @@ import re
 from pathlib import Path
 
 from planner_cli.reference import (
-    SERVICES,
     all_metrics,
     field_docs,
-    policy_ranges,
     references,
-    service_class,
-    struct_fields,
+    settings_rows,
     type_range,
 )
+from planner_cli.services import SERVICES, service_class
 
 ROOT = Path(__file__).resolve().parents[3]
 REF = ROOT / "docs" / "reference"
@@ -46,7 +44,7 @@ def test_every_setting_is_documented_with_its_range() -> None:
     for name in SERVICES:
         cls = service_class(name).settings_type
         section = text.split(f"## {name}\n", 1)[1].split("\n## ", 1)[0]
-        for f in struct_fields(cls):
+        for f, _ in settings_rows(cls):
             assert f"`{f.name}`" in text, (name, f.name)
             rng = type_range(f.type)
             if rng and f"`{f.name}`" in section:
@@ -56,11 +54,18 @@ def test_every_setting_is_documented_with_its_range() -> None:
 
 def test_docstrings_and_policy_ranges_are_read() -> None:
     from planner_actuator_circus.settings import CircusActuatorSettings
+    from planner_decider.settings import DeciderSettings
 
     docs = field_docs(CircusActuatorSettings)
     assert "circusd's ZMQ control endpoint" in docs["circus_endpoint"]
     assert "acks" in docs["actuator_id"]  # inherited from ActuatorSettings
-    ranges = policy_ranges()
-    assert ranges["target_attainment"] == "in (0, 1)"
-    assert ranges["ttft_target_ms"] == "> 0"
-    assert ranges["decode_kv_down"] == "0 <= decode_kv_down < decode_kv_up"
+    # the decider's policy knobs come from PolicyConfig's declarations, in place of the group field
+    rows = {f.name: (type_range(f.type), text) for f, text in settings_rows(DeciderSettings)}
+    assert "policy_config" not in rows
+    assert rows["target_attainment"][0] == "> 0, < 1"
+    assert rows["ttft_target_ms"] == (
+        "> 0",
+        "Time-to-first-token target (milliseconds) every policy sizes the fleet for.",
+    )
+    assert rows["decode_kv_down"][0] == ">= 0" and "below ``decode_kv_up``" in rows["decode_kv_down"][1]
+    assert rows["profile_dir"][1].startswith("Folder of the profile")

@@ -15,7 +15,7 @@ from planner_loadgen.openai_http import Outcome, completion_body, new_client, st
 from planner_loadgen.routing import EngineTable
 from planner_loadgen.settings import LoadgenSettings
 from planner_proto import Component, EngineInfo
-from planner_runtime.natsd import free_port
+from planner_runtime.processes import free_port
 from planner_sim.traces import TraceRequest
 
 from .fake_openai import FakeOpenAI

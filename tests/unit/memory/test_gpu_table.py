@@ -9,6 +9,7 @@ import pytest
 
 from planner_core.gpu_table import ENTRIES
 from planner_core.hardware import GPUS, UnknownGpuError, custom_gpu, gpu_from_mapping, parse_gpu
+from planner_core.profiling.model_estimate import EstimateError, select_gpu
 
 
 @pytest.mark.parametrize(
@@ -77,6 +78,21 @@ def test_custom_specs() -> None:
         gpu_from_mapping({"memory_gib": 60, "bf16_tflops": 1}, "f.yaml")
     with pytest.raises(UnknownGpuError, match="'memory_gib' must be"):
         gpu_from_mapping({"memory_gib": "lots", "hbm_gb_s": 1, "bf16_tflops": 1}, "f.yaml")
+
+
+def test_select_gpu_combines_name_memory_and_spec() -> None:
+    h100 = parse_gpu("h100").spec
+    four = select_gpu("4x H100", 94.0)
+    assert four.count == 4 and four.spec == custom_gpu(h100, 94.0)
+    assert select_gpu("mystery", 48.0).spec == custom_gpu(None, 48.0, "mystery")
+    raw = {"name": "mine", "memory_gib": 44, "hbm_gb_s": 900, "bf16_tflops": 200}
+    mine = select_gpu("ignored", 40.0, raw, "g.yaml")
+    assert mine.count == 1 and mine.spec == custom_gpu(gpu_from_mapping(raw, "g.yaml"), 40.0)
+    with pytest.raises(EstimateError, match=r"g\.yaml: field 'hbm_gb_s' is missing") as err:
+        select_gpu("h100", None, {"memory_gib": 44}, "g.yaml")
+    assert err.value.code == 2
+    with pytest.raises(EstimateError, match="unknown GPU 'mystery'"):
+        select_gpu("mystery")
 
 
 def _autotune(argv: list[str]) -> int:

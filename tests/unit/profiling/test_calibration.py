@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner_cli.estimate import EstimateError, estimate_profile
+from planner_cli.estimate import write_profile
 from planner_cli.main import main
 from planner_core.engine.timing import decode_points
 from planner_core.hardware import gpu_spec
@@ -29,6 +29,7 @@ from planner_core.profiling.calibration import (
     weight_format,
 )
 from planner_core.profiling.calibration_table import PARAMS
+from planner_core.profiling.model_estimate import EstimateError, estimate_model
 from planner_core.profiling.serving import ServingParams, ServingTiming, serve
 
 LLAMA70B = "model_configs/meta-llama--Llama-3.1-70B.json"
@@ -143,9 +144,10 @@ def test_product_matches_the_h200_profile(shared_data: Path, tmp_path: Path) -> 
     H200 Llama-3.1-8B FP8 vLLM profile (the table was fitted with it: an in-sample check)."""
     pre = load_prefill(shared_data / "dynamo/h200_llama31_8b_fp8_tp1_prefill_raw_data.npz")
     dec = load_decode(shared_data / "dynamo/h200_llama31_8b_fp8_tp1_decode_raw_data.npz")
-    estimate_profile(
-        shared_data / LLAMA8B, "h200", tmp_path, quant="fp8", max_model_len=16384, max_num_seqs=1024
+    estimate = estimate_model(
+        load_model_config(shared_data / LLAMA8B), "h200", quant="fp8", max_model_len=16384, max_num_seqs=1024
     )
+    write_profile(estimate, tmp_path)
     pi = PrefillInterpolator(load_prefill(tmp_path / "prefill_raw_data.npz"))
     di = DecodeInterpolator(load_decode(tmp_path / "decode_raw_data.npz"))
     ttft = np.array([pi.ttft_ms(x) for x in pre.isl_tokens])
@@ -158,7 +160,7 @@ def test_product_matches_the_h200_profile(shared_data: Path, tmp_path: Path) -> 
     assert ttft_mape < TTFT_PROFILE_MAX and itl_mape < ITL_PROFILE_MAX, (ttft_mape, itl_mape)
 
 
-def test_product_on_measured_tp_rows(shared_data: Path, tmp_path: Path) -> None:
+def test_product_on_measured_tp_rows(shared_data: Path) -> None:
     """`planner profile --estimate` at the model, GPU, TP, precision, ISL/OSL and concurrency of every
     measured vLLM Llama-3.1-70B FP8 row at TP 2, 4 and 8 (H200 and B200): MAPE of its steady-state
     TTFT and TPOT."""
@@ -175,8 +177,8 @@ def test_product_on_measured_tp_rows(shared_data: Path, tmp_path: Path) -> None:
     for r in rows:
         pt = r.point
         try:
-            s, _, _ = estimate_profile(
-                model, gpu_spec(r.system), tmp_path, tp=pt.tp, kv_dtype="fp8", max_model_len=pt.isl + pt.osl,
+            s, _, _ = estimate_model(
+                model, gpu_spec(r.system), tp=pt.tp, kv_dtype="fp8", max_model_len=pt.isl + pt.osl,
                 max_num_seqs=max(256, pt.concurrency), isl=pt.isl, osl=pt.osl, concurrency=pt.concurrency,
             )  # fmt: skip
         except EstimateError:

@@ -1,4 +1,4 @@
-"""`planner profile --estimate` on every real model config that fits one H200."""
+"""The GPU-free estimate (`planner profile --estimate`) on every real model config that fits one H200."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from planner_cli.estimate import EstimateError, estimate_profile
+from planner_cli.estimate import write_profile
 from planner_cli.main import main
 from planner_core.hardware import gpu_spec
 from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
@@ -14,6 +14,7 @@ from planner_core.memory.breakdown import predict_memory
 from planner_core.memory.settings import EngineSettings
 from planner_core.modelcfg import ModelConfigError, load_model_config
 from planner_core.profile import load_decode, load_prefill
+from planner_core.profiling.model_estimate import EstimateError, estimate_model
 
 
 def _fits_h200(path: Path) -> bool | None:
@@ -33,15 +34,19 @@ def test_estimate_every_config_that_fits(shared_data: Path, tmp_path: Path) -> N
         fits = _fits_h200(cfg)
         if fits is None:
             continue
+        model = load_model_config(cfg)
         if not fits:
             with pytest.raises(EstimateError) as err:
-                estimate_profile(cfg, "h200", tmp_path / cfg.stem)
+                estimate_model(model, "h200")
             assert err.value.code == 1, cfg.name
             continue
-        summary, prefill, decode = estimate_profile(cfg, "h200", tmp_path / cfg.stem)
+        estimate = estimate_model(model, "h200")
+        summary, prefill, decode = estimate
         assert summary["max_kv_tokens"] > 8192, cfg.name
         assert prefill.ttft_ms.min() > 0 and decode.itl_ms.min() > 0, cfg.name
         # the decider takes the files as they are
+        written = write_profile(estimate, tmp_path / cfg.stem)
+        assert written == summary | {"out": str(tmp_path / cfg.stem)}, cfg.name
         PrefillInterpolator(load_prefill(tmp_path / cfg.stem / "prefill_raw_data.npz"))
         DecodeInterpolator(load_decode(tmp_path / cfg.stem / "decode_raw_data.npz"))
         ran.append(cfg.name)

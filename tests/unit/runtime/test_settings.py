@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
@@ -104,3 +105,44 @@ def test_log_lines_mask_registered_secrets(caplog: pytest.LogCaptureFixture) -> 
         log.info("connect", url="nats://user:s3cr3t-token-value@host")
     line = JsonFormatter().format(caplog.records[-1])
     assert "s3cr3t-token-value" not in line and "***" in line
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Knobs:
+    target_ms: Annotated[float, Meta(gt=0)] = 500.0
+    window_s: float = 60.0
+
+
+class GroupedSettings(BaseSettings, frozen=True, kw_only=True):
+    knobs: Knobs = msgspec.field(default_factory=Knobs)
+    tick_s: float = 5.0
+
+
+def test_a_group_s_settings_have_flat_names(tmp_path: Path) -> None:
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text("target_ms: 250\ntick_s: 2\n")
+    s = load_settings(GroupedSettings, env={"PLANNER_WINDOW_S": "30"}, config_file=cfg)
+    assert s.knobs == Knobs(target_ms=250.0, window_s=30.0) and s.tick_s == 2.0
+    s = settings_from_args(GroupedSettings, ["--target-ms", "100"], prog="x")
+    assert s.knobs == Knobs(target_ms=100.0)
+    assert load_settings(GroupedSettings, env={}).knobs == Knobs()
+    assert s.redacted()["target_ms"] == 100.0 and "knobs" not in s.redacted()
+    with pytest.raises(SettingsError, match=r"setting 'target_ms' \(--target-ms, PLANNER_TARGET_MS\)"):
+        load_settings(GroupedSettings, env={"PLANNER_TARGET_MS": "0"})
+    with pytest.raises(SettingsError, match="unknown setting"):
+        load_settings(GroupedSettings, env={}, config_file=_yaml(tmp_path, "knobs: {target_ms: 1}\n"))
+
+
+def test_a_setting_declared_twice_is_refused() -> None:
+    class Clash(BaseSettings, frozen=True, kw_only=True):
+        knobs: Knobs = msgspec.field(default_factory=Knobs)
+        window_s: float = 1.0
+
+    with pytest.raises(TypeError, match="window_s"):
+        load_settings(Clash, env={})
+
+
+def _yaml(folder: Path, text: str) -> Path:
+    path = folder / "group.yaml"
+    path.write_text(text)
+    return path

@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from planner_cli.estimate import EstimateError, resolve_gpu
+    from planner_cli.estimate import resolve_gpu
     from planner_core.autotune import SearchSpace, from_lengths, search, synthetic, vllm_flags
     from planner_core.memory.failure import kv_cache_memory_flag
     from planner_core.memory.settings import (
@@ -239,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
         version_warning,
     )
     from planner_core.modelcfg import ModelConfigError, load_model_config
+    from planner_core.profiling.model_estimate import EstimateError
 
     try:
         model = load_model_config(args.model)

@@ -35,7 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
     import json
 
     from rich.console import Console
@@ -50,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         run_chaos,
     )
     from planner_cli.demo.run import DemoConfig
+    from planner_runtime.cancellable import Interrupted, run_cancellable
 
     default = CLUSTER_DEFAULT if args.nats_cluster >= 2 else ALL_FAULTS
     faults = tuple(f.strip() for f in (args.faults or ",".join(default)).split(",") if f.strip())
@@ -81,20 +81,10 @@ def run(args: argparse.Namespace) -> int:
         nats_down_s=args.nats_down_s,
     )
 
-    async def main() -> dict[str, object]:
-        # Ctrl-C and SIGTERM cancel the run; its cleanup stops every process it started (as in demo).
-        import signal
-
-        task = asyncio.current_task()
-        assert task is not None  # asyncio.run runs main() as a task
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        return await run_chaos(cfg, console)
-
+    # Ctrl-C and SIGTERM cancel the run; its cleanup stops every process it started (as in demo)
     try:
-        report = asyncio.run(main())
-    except (KeyboardInterrupt, asyncio.CancelledError):
+        report = run_cancellable(run_chaos(cfg, console))
+    except Interrupted:
         console.print("[yellow]interrupted: every process was stopped[/]")
         return 130
     except RuntimeError as exc:

@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.engine in ("llamacpp", "vllm"):
         return _run_llamacpp(args)
     from planner_cli.demo.run import DemoConfig, print_summary, run_demo
+    from planner_runtime.cancellable import Interrupted, run_cancellable
 
     console = Console()
     cfg = DemoConfig(
@@ -63,21 +64,10 @@ def run(args: argparse.Namespace) -> int:
         nats_cluster=args.nats_cluster,
     )
 
-    async def main() -> dict[str, object]:
-        # Ctrl-C and SIGTERM cancel the run; its cleanup then stops every process it started (also
-        # when the shell that launched us left SIGINT ignored, as background jobs have it).
-        import signal
-
-        task = asyncio.current_task()
-        assert task is not None  # asyncio.run runs main() as a task
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        return await run_demo(cfg, console)
-
+    # Ctrl-C and SIGTERM cancel the run; its cleanup then stops every process it started
     try:
-        figures = asyncio.run(main())
-    except (KeyboardInterrupt, asyncio.CancelledError):
+        figures = run_cancellable(run_demo(cfg, console))
+    except Interrupted:
         console.print("[yellow]interrupted: every process was stopped[/]")
         return 130
     except RuntimeError as exc:
@@ -92,12 +82,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_llamacpp(args: argparse.Namespace) -> int:
-    import asyncio
     import json
 
     from rich.console import Console
 
     from planner_cli.demo.llamacpp import LlamaDemoConfig, run_llamacpp_demo, vllm_config
+    from planner_runtime.cancellable import Interrupted, run_cancellable
 
     console = Console()
     out = args.out if args.out != Path("out/demo") else Path(f"out/demo-{args.engine}")
@@ -106,19 +96,9 @@ def _run_llamacpp(args: argparse.Namespace) -> int:
     else:
         cfg = LlamaDemoConfig(out_dir=out, live=not args.no_live)
 
-    async def main() -> dict[str, object]:
-        import signal
-
-        task = asyncio.current_task()
-        assert task is not None  # asyncio.run runs main() as a task
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        return await run_llamacpp_demo(cfg, console)
-
     try:
-        figures = asyncio.run(main())
-    except (KeyboardInterrupt, asyncio.CancelledError):
+        figures = run_cancellable(run_llamacpp_demo(cfg, console))
+    except Interrupted:
         console.print("[yellow]interrupted: every process was stopped[/]")
         return 130
     except RuntimeError as exc:

@@ -147,16 +147,16 @@ def run(args: argparse.Namespace) -> int:
     if len(tps) != 1:
         print("planner profile: --estimate takes one --tp value", file=sys.stderr)
         return 2
-    from planner_cli.estimate import EstimateError, estimate_profile, resolve_gpu
+    from planner_cli.estimate import load_model, resolve_gpu, write_profile
+    from planner_core.profiling.model_estimate import EstimateError, estimate_model
 
     try:
         gpu = resolve_gpu(args.gpu, args.gpu_memory_gib, args.gpu_spec)
         if gpu.count > 1 and str(args.tp) == "1":
             tps = [gpu.count]  # "4x H100": one engine over the four GPUs
-        summary, prefill, decode = estimate_profile(
-            Path(args.model),
+        estimate = estimate_model(
+            load_model(Path(args.model)),
             gpu.spec,
-            args.out,
             tp=tps[0],
             quant=args.quant,
             kv_dtype=args.kv_dtype,
@@ -173,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
             concurrency=max(0, args.concurrency),
             expert_parallel=args.expert_parallel,
         )
+        summary = write_profile(estimate, args.out)
     except EstimateError as exc:
         print(f"planner profile: {exc}", file=sys.stderr)
         return exc.code
@@ -189,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
             decode: DecodeProfile
 
         sla = {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms, "isl": args.isl}
-        plot_all(args.out, [Estimated(tps[0], prefill, decode)], sla)
+        plot_all(args.out, [Estimated(tps[0], estimate.prefill, estimate.decode)], sla)
     if args.json:
         print(json.dumps(summary))
     else:

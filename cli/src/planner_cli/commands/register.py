@@ -31,10 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
 
     from planner_runtime.logs import configure_logging
-    from planner_runtime.register.run import run as register
+    from planner_runtime.register.run import main as register
     from planner_runtime.register.settings import RegisterSettings
     from planner_runtime.settings import SettingsError, load_settings
 
@@ -53,4 +52,4 @@ def run(args: argparse.Namespace) -> int:
         print("planner register: give --engine-url (sidecar) or a command after -- (wrapper)")
         return 2
     configure_logging(settings.log_level, settings.log_json)
-    return asyncio.run(register(settings, command))
+    return register(settings, command)

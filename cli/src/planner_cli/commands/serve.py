@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from planner_cli.services import SERVICES
+
 NAME = "serve"
-HELP = "run one service (fpm-relay, regression, predictor, decider, actuator-circus, actuator-k8s, engine-sim, loadgen)"
-SERVICES = (
-    "fpm-relay",
-    "regression",
-    "predictor",
-    "decider",
-    "actuator-circus",
-    "actuator-k8s",
-    "engine-sim",
-    "loadgen",
-)
+HELP = f"run one service ({', '.join(SERVICES)})"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,17 +18,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import importlib
-
+    from planner_cli.services import service_class
     from planner_runtime.service import run_service
 
     if args.service == "echo":
         from planner_runtime.testing import EchoService
 
         return run_service(EchoService, args.settings, prog="planner serve echo")
-    module = f"planner_{args.service.replace('-', '_')}.service"
     try:
-        cls = importlib.import_module(module).SERVICE
+        cls = service_class(args.service)
     except ModuleNotFoundError as exc:
         print(f"planner serve: service {args.service!r} is not available ({exc})")
         return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 from typing import Any
 
 NAME = "watch"
@@ -25,11 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
+    from planner_runtime.cancellable import Interrupted, run_cancellable
 
+    stop = asyncio.Event()
     try:
-        return asyncio.run(_watch(args))
-    except KeyboardInterrupt:
+        return run_cancellable(_watch(args, stop), on_signal=stop.set)
+    except Interrupted:
         return 0
 
 
@@ -82,10 +84,7 @@ class _Printer:
         print(f"planner watch: {text}", file=sys.stderr, flush=True)
 
 
-async def _watch(args: argparse.Namespace) -> int:
-    import asyncio
-    import signal
-
+async def _watch(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from nats.js.api import DeliverPolicy
     from nats.js.errors import NotFoundError
 
@@ -93,10 +92,6 @@ async def _watch(args: argparse.Namespace) -> int:
     from planner_proto import DecodeError, ScalingAck, ScalingDecision, Subjects, decode
     from planner_runtime.bus import Bus
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     out = _Printer(args.json)
     try:
         settings = nats_settings(args)
@@ -165,5 +160,3 @@ async def _watch(args: argparse.Namespace) -> int:
         return 0
     finally:
         await bus.close()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)

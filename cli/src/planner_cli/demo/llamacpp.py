@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -41,11 +40,12 @@ from planner_proto import Subjects
 from planner_runtime.bus import Bus
 from planner_runtime.llamacpp.binary import ENV_VAR, find_llama_server
 from planner_runtime.llamacpp.tinymodel import ensure_tiny_llama
-from planner_runtime.natsd import NatsServer, _die_with_parent, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import ManagedProcess, free_port
 from planner_runtime.settings import BaseSettings
 
-SERVICES = ("fpm-relay", "regression", "decider", "actuator-circus")
-VLLM_SERVICES = (*SERVICES, "predictor")
+LLAMACPP_SERVICES = tuple(name for name in processes.DEMO_SERVICES if name != "predictor")
+VLLM_SERVICES = processes.DEMO_SERVICES
 """With vLLM, the predictor turns the engines' own request and token counters into traffic."""
 
 
@@ -186,25 +186,9 @@ def _loadgen_argv(cfg: LlamaDemoConfig, nats_url: str, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def _start_loadgen(cfg: LlamaDemoConfig, nats_url: str, port: int) -> subprocess.Popen[bytes]:
+def _start_loadgen(cfg: LlamaDemoConfig, nats_url: str, port: int) -> ManagedProcess:
     with (cfg.out_dir / "logs" / "loadgen.log").open("ab") as log:
-        return subprocess.Popen(
-            _loadgen_argv(cfg, nats_url, port),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
-        )
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        return ManagedProcess.start(_loadgen_argv(cfg, nats_url, port), stdout=log, stderr=subprocess.STDOUT)
 
 
 def _read_results(path: Path) -> list[RequestResult]:
@@ -222,7 +206,7 @@ def _ready(rec: Recorder) -> int:
 
 async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str, Any]:
     """Runs the loop and returns its figures; every process started is stopped on return."""
-    services = VLLM_SERVICES if cfg.engine == "vllm" else SERVICES
+    services = VLLM_SERVICES if cfg.engine == "vllm" else LLAMACPP_SERVICES
     if cfg.engine == "vllm":
         from planner_runtime import vllm
 
@@ -243,7 +227,7 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
     nats = NatsServer(store_dir=out / "nats").start()
     circus: processes.Circus | None = None
     bus: Bus | None = None
-    loadgen: subprocess.Popen[bytes] | None = None
+    loadgen: ManagedProcess | None = None
     timeline: list[dict[str, Any]] = []
     view: Live | None = None
     try:
@@ -409,7 +393,7 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
         if view is not None:
             view.stop()
         if loadgen is not None:
-            await asyncio.to_thread(_stop, loadgen)
+            await asyncio.to_thread(loadgen.stop, 30, 10)
         if bus is not None:
             await bus.close()
         if circus is not None:

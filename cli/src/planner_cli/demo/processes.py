@@ -4,7 +4,6 @@ talk to it. Everything listens on loopback; every child dies with the demo."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -12,16 +11,21 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner_runtime.natsd import _die_with_parent, free_port, wait_for_port
+from planner_cli.services import SERVICES
+from planner_runtime.processes import ManagedProcess, free_port, wait_for_port
 
-SERVICES = ("fpm-relay", "regression", "predictor", "decider", "actuator-circus")
+NOT_DEMO_WATCHERS = ("actuator-k8s", "engine-sim", "loadgen")
+"""Services the demos do not run as circus watchers: no Kubernetes here (actuator-circus scales the
+engines), the engines are started by the actuator, the loadgen by the demo itself."""
+DEMO_SERVICES = tuple(name for name in SERVICES if name not in NOT_DEMO_WATCHERS)
+"""The services every demo runs as circus watchers, in start order."""
 
 
 @dataclass
 class Circus:
     endpoint: str
     ini: Path
-    proc: subprocess.Popen[bytes]
+    proc: ManagedProcess
 
     def call(self, command: str, timeout_s: float = 10.0, **props: object) -> dict[str, object]:
         from circus.client import CircusClient
@@ -43,16 +47,16 @@ class Circus:
             client.stop()
 
     def stop(self, timeout_s: float = 120.0) -> None:
-        if self.proc.poll() is None:
+        if self.proc.running:
             try:
                 self.call("quit", timeout_s=5, waiting=False)
             except Exception:  # circusd busy or already gone: fall back to a signal
-                self.proc.send_signal(signal.SIGTERM)
+                self.proc.stop(timeout_s, kill_wait_s=10)
+                return
             try:
-                self.proc.wait(timeout=timeout_s)
+                self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+                self.proc.kill(wait_s=10)
 
 
 def bin_path(name: str) -> str:
@@ -98,13 +102,7 @@ def start_circus(workdir: Path, watchers: dict[str, list[str]], env: dict[str, s
     ini = workdir / "circus.ini"
     write_ini(ini, endpoint, f"tcp://127.0.0.1:{pub}", watchers, logs, env)
     out = (logs / "circusd.log").open("ab")
-    proc = subprocess.Popen(
-        [bin_path("circusd"), str(ini)],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        preexec_fn=_die_with_parent,
-    )
+    proc = ManagedProcess.start([bin_path("circusd"), str(ini)], stdout=out, stderr=subprocess.STDOUT)
     if not wait_for_port("127.0.0.1", port, 30, proc):
         proc.kill()
         raise RuntimeError(f"circusd did not start; see {logs / 'circusd.log'}")

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +25,8 @@ from planner_cli.demo.view import render
 from planner_proto import Subjects
 from planner_runtime.bus import Bus
 from planner_runtime.natscluster import NatsCluster
-from planner_runtime.natsd import NatsServer, _die_with_parent, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import ManagedProcess, free_port
 from planner_runtime.settings import BaseSettings
 
 REPO = Path(__file__).resolve().parents[4]
@@ -158,7 +158,7 @@ class Stack:
     rec: Recorder
     requests: int
     """Requests in the workload."""
-    loadgen: subprocess.Popen[bytes] | None = None
+    loadgen: ManagedProcess | None = None
     cluster: NatsCluster | None = None
 
     @property
@@ -168,10 +168,10 @@ class Stack:
         assert self.nats is not None
         return self.nats.url
 
-    def start_loadgen(self) -> subprocess.Popen[bytes]:
+    def start_loadgen(self) -> ManagedProcess:
         out = self.cfg.out_dir
         loadgen_log = (out / "logs" / "loadgen.log").open("ab")
-        self.loadgen = subprocess.Popen(
+        self.loadgen = ManagedProcess.start(
             [
                 sys.executable,
                 "-m",
@@ -195,19 +195,13 @@ class Stack:
             ],
             stdout=loadgen_log,
             stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
         )
         loadgen_log.close()
         return self.loadgen
 
     def stop_loadgen(self) -> None:
-        if self.loadgen is not None and self.loadgen.poll() is None:
-            self.loadgen.send_signal(signal.SIGTERM)
-            try:
-                self.loadgen.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.loadgen.kill()
+        if self.loadgen is not None:
+            self.loadgen.stop(timeout_s=30)
 
 
 @contextlib.asynccontextmanager
@@ -251,11 +245,11 @@ async def running_stack(cfg: DemoConfig, console: Console) -> AsyncIterator[Stac
             )
         else:
             console.print(f"[bold]nats-server[/] {nats_url}")
-        ports = {name: free_port() for name in processes.SERVICES}
+        ports = {name: free_port() for name in processes.DEMO_SERVICES}
         circus = processes.start_circus(out, {}, {})
         watchers = {
             name: _service_argv(name, cfg, nats_url, ports[name], circus.endpoint, fleet)
-            for name in processes.SERVICES
+            for name in processes.DEMO_SERVICES
         }
         for name, argv in watchers.items():
             log = out / "logs" / f"{name}.log"
@@ -272,7 +266,7 @@ async def running_stack(cfg: DemoConfig, console: Console) -> AsyncIterator[Stac
                     "stderr_stream": {"class": "FileStream", "filename": str(log)},
                 },
             )
-        console.print(f"[bold]circusd[/] {circus.endpoint}: {', '.join(processes.SERVICES)}")
+        console.print(f"[bold]circusd[/] {circus.endpoint}: {', '.join(processes.DEMO_SERVICES)}")
         unhealthy = await asyncio.to_thread(processes.wait_healthy, ports, 90)
         if unhealthy:
             raise RuntimeError(f"services not healthy: {unhealthy}; see {out / 'logs'}")
@@ -363,15 +357,17 @@ async def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
 
 
 def _prepare_fleet(cfg: DemoConfig, console: Console) -> dict[str, Any]:
-    from planner_cli.estimate import estimate_profile, write_default_model_config
+    from planner_cli.estimate import load_model, write_default_model_config, write_profile
+    from planner_core.profiling.model_estimate import estimate_model
 
     model = REPO.parent / "shared" / "data" / "model_configs" / "meta-llama--Llama-3.1-8B.json"
     if not model.exists():
         model = write_default_model_config(cfg.out_dir / "model-config.json")
     # the demo's simulated engines run the plain roofline: the decider's profile must describe them
-    summary, _, _ = estimate_profile(
-        model, cfg.gpu, cfg.out_dir / "profile", ttft_ms=cfg.ttft_ms, itl_ms=cfg.itl_ms, plain_roofline=True
+    estimate = estimate_model(
+        load_model(model), cfg.gpu, ttft_ms=cfg.ttft_ms, itl_ms=cfg.itl_ms, plain_roofline=True
     )
+    summary = write_profile(estimate, cfg.out_dir / "profile")
     console.print(
         f"[bold]fleet[/]: Llama-3.1-8B-class engines on {cfg.gpu} (roofline timing), "
         f"{summary['prefill_req_per_s_per_engine']} req/s prefill and {summary['decode_req_per_s_per_engine']} "

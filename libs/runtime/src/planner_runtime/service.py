@@ -17,7 +17,6 @@ after each takeover), and its loops are cancelled, then ``deactivate`` called, w
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -34,6 +33,7 @@ from prometheus_client import (
 
 from planner_proto import Subjects
 from planner_runtime.bus import Bus
+from planner_runtime.cancellable import run_cancellable
 from planner_runtime.httpd import HttpEndpoint
 from planner_runtime.lease import LEASES_BUCKET, NATS_TRANSIENT, Lease, lease_kv, this_holder
 from planner_runtime.logs import configure_logging, get_logger
@@ -361,15 +361,9 @@ async def cancel_and_wait(tasks: set[asyncio.Task[Any]], rounds: int = 20, wait_
 
 
 async def serve(service: Service[Any]) -> int:
-    """Run ``service`` with SIGTERM/SIGINT handlers; returns the exit code."""
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, service.request_stop)
-    try:
-        code = await service.run()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+    """Run ``service`` until it stops; returns the exit code (:func:`run_service` turns SIGTERM and
+    SIGINT into :meth:`Service.request_stop`)."""
+    code = await service.run()
     current = asyncio.current_task()
     leftover = [t.get_name() for t in asyncio.all_tasks() if t is not current and not t.done()]
     service.log.info(
@@ -387,4 +381,5 @@ def run_service(cls: type[Service[Any]], argv: Sequence[str] | None = None, prog
         print(f"planner {cls.name}: error: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_json)
-    return asyncio.run(serve(cls(settings)))
+    service = cls(settings)
+    return run_cancellable(serve(service), on_signal=service.request_stop)

@@ -4,11 +4,17 @@ Precedence, lowest first: field defaults, the YAML file (``--config FILE`` or ``
 environment variables ``PLANNER_<FIELD>``, command-line flags ``--<field-with-dashes>``. The result
 is validated once by msgspec (types and ``Meta`` constraints) and by the struct's ``__post_init__``;
 errors name the field, its flag and env var, and the allowed range.
+
+A field whose type is a dataclass is a *group*: its fields are settings of their own, with flat
+names (``ttft_target_ms``, not ``policy_config.ttft_target_ms``), gathered into the group when the
+settings are loaded. The decider embeds the policy's knobs (``PolicyConfig``) this way, so they are
+declared once, in the policy.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import enum
 import os
 import re
@@ -84,6 +90,8 @@ class BaseSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     def redacted(self) -> dict[str, Any]:
         """The settings as a dict with secrets masked, for logs."""
         out: dict[str, Any] = msgspec.to_builtins(self)
+        for group in setting_groups(type(self)):
+            out.update(out.pop(group))  # a group's settings by their own names
         for k, v in out.items():
             if v and SECRET_FIELDS.search(k) and not k.endswith("_file"):
                 out[k] = "***"
@@ -103,6 +111,39 @@ def flag_name(field: str) -> str:
 
 def env_name(field: str) -> str:
     return "PLANNER_" + field.upper()
+
+
+def setting_groups(cls: type[BaseSettings]) -> dict[str, type[Any]]:
+    """The fields of ``cls`` that are groups of settings (their type is a dataclass), with that type."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    out: dict[str, type[Any]] = {}
+    for f in cls.__struct_fields__:
+        tp = _base_type(hints[f])
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            out[f] = tp
+    return out
+
+
+def setting_types(cls: type[BaseSettings]) -> dict[str, Any]:
+    """Every setting of ``cls`` by its flat name, in order, with its type: a group contributes its
+    own fields in its place."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    groups = setting_groups(cls)
+    out: dict[str, Any] = {}
+    for f in cls.__struct_fields__:
+        inner = (
+            {
+                g.name: typing.get_type_hints(groups[f], include_extras=True)[g.name]
+                for g in dataclasses.fields(groups[f])
+            }
+            if f in groups
+            else {f: hints[f]}
+        )
+        for name, tp in inner.items():
+            if name in out:
+                raise TypeError(f"{cls.__name__}: setting {name!r} is declared twice")
+            out[name] = tp
+    return out
 
 
 def _base_type(tp: Any) -> Any:
@@ -157,9 +198,7 @@ def _enum_value(kind: type[enum.Enum]) -> Callable[[str], Any]:
 
 def add_flags(parser: argparse.ArgumentParser, cls: type[BaseSettings]) -> None:
     parser.add_argument("--config", metavar="FILE", help="YAML settings file (env PLANNER_CONFIG)")
-    hints = typing.get_type_hints(cls, include_extras=True)
-    for f in cls.__struct_fields__:
-        tp = hints[f]
+    for f, tp in setting_types(cls).items():
         dest = f"setting__{f}"
         help_text = f"env {env_name(f)}"
         if _is_bool(tp):
@@ -192,8 +231,11 @@ def add_flags(parser: argparse.ArgumentParser, cls: type[BaseSettings]) -> None:
 
 
 def _describe(cls: type[BaseSettings], path: str) -> str:
-    field = path.removeprefix("$.").split(".")[0].split("[")[0]
-    if field in cls.__struct_fields__:
+    parts = [p.split("[")[0] for p in path.removeprefix("$.").split(".")]
+    if len(parts) > 1 and parts[0] in setting_groups(cls):
+        parts = parts[1:]  # a setting of a group is known by its own name
+    field = parts[0]
+    if field in setting_types(cls):
         return f"setting '{field}' ({flag_name(field)}, {env_name(field)})"
     return f"setting at {path}"
 
@@ -206,7 +248,7 @@ def load_settings(
 ) -> S:
     """Merge defaults < YAML < env < flags and validate. Raises :class:`SettingsError`."""
     env = os.environ if env is None else env
-    hints = typing.get_type_hints(cls, include_extras=True)
+    hints = setting_types(cls)
     merged: dict[str, Any] = {}
     path = config_file or env.get("PLANNER_CONFIG")
     if path:
@@ -217,7 +259,7 @@ def load_settings(
         if not isinstance(loaded, dict):
             raise SettingsError(f"settings file {path} must hold a mapping of setting: value")
         merged.update({str(k).replace("-", "_"): v for k, v in loaded.items()})
-    for f in cls.__struct_fields__:
+    for f in hints:
         if env_name(f) in env:
             merged[f] = _coerce_env(hints[f], env[env_name(f)])
     for f, v in (flags or {}).items():
@@ -227,11 +269,13 @@ def load_settings(
                 if isinstance(v, str) and (_is_list(hints[f]) or _is_bool(hints[f]))
                 else v
             )
-    unknown = sorted(set(merged) - set(cls.__struct_fields__))
+    unknown = sorted(set(merged) - set(hints))
     if unknown:
-        raise SettingsError(
-            f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(cls.__struct_fields__)}"
-        )
+        raise SettingsError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(hints)}")
+    for group, tp in setting_groups(cls).items():
+        inside = {f.name: merged.pop(f.name) for f in dataclasses.fields(tp) if f.name in merged}
+        if inside:
+            merged[group] = inside
     try:
         return msgspec.convert(merged, cls, strict=False)
     except msgspec.ValidationError as exc:
@@ -272,13 +316,3 @@ class LeaseSettings(BaseSettings, frozen=True, kw_only=True):
                 f"lease_renew_s ({self.lease_renew_s:g}) must be at most a third of lease_ttl_s "
                 f"({self.lease_ttl_s:g}), so that a renewal or two can fail without losing the lease"
             )
-
-
-class ActuatorSettings(LeaseSettings, frozen=True, kw_only=True):
-    """What every actuator has (planner_runtime.actuation)."""
-
-    actuator_id: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$", max_length=64)] = "actuator"
-    """Names this actuator in acks, its durable consumer, its state key and its lease: instances
-    with the same id are one active actuator plus standbys."""
-    ready_timeout_s: Annotated[float, Meta(gt=0, le=86400)] = 900.0
-    """A decision not complete after this long is acked ``failed`` (work goes on)."""

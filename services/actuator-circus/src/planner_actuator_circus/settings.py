@@ -10,7 +10,7 @@ from msgspec import Meta
 
 from planner_actuator_circus.command import WorkerCommand
 from planner_proto import Component
-from planner_runtime.settings import ActuatorSettings
+from planner_runtime.actuation.settings import ActuatorSettings
 
 Token = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$", max_length=64)]
 DEFAULT_WORKER_CMD = (

@@ -10,7 +10,7 @@ import msgspec
 from msgspec import Meta
 
 from planner_proto import Component
-from planner_runtime.settings import ActuatorSettings
+from planner_runtime.actuation.settings import ActuatorSettings
 
 Token = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_\-]+$", max_length=64)]
 _DNS = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")

@@ -63,7 +63,7 @@ class DeciderService(Service[DeciderSettings]):
 
     def __init__(self, settings: DeciderSettings) -> None:
         super().__init__(settings)
-        self.cfg = settings.policy_config()
+        self.cfg = settings.policy_config
         self.metrics = DeciderMetrics(self.registry)
         self.latest = LatestInputs()
         self.book = IssueBook()
@@ -280,7 +280,7 @@ class DeciderService(Service[DeciderSettings]):
             targets=plan.targets,
             previous=plan.previous,
             reasons=plan.reasons,
-            advisory=self.settings.advisory,
+            advisory=self.settings.policy_config.advisory,
             diagnostics=diagnostics,
             policy=result.policy,
         )
@@ -288,7 +288,7 @@ class DeciderService(Service[DeciderSettings]):
             self.log.warning("not_published", decision_id=decision_id, why="lease lost")
             return
         await self._send(decision)
-        self.book = record(self.book, plan, decision_id, now_s, wait=not self.settings.advisory)
+        self.book = record(self.book, plan, decision_id, now_s, wait=not self.settings.policy_config.advisory)
         self.metrics.observe_decision(decision_id, {c: plan.reasons[c] for c in plan.changed})
         self.history.add_decision(
             DecisionRow(
@@ -297,7 +297,7 @@ class DeciderService(Service[DeciderSettings]):
                 targets=plan.targets,
                 previous=plan.previous,
                 reasons={c: str(r) for c, r in plan.reasons.items()},
-                advisory=self.settings.advisory,
+                advisory=self.settings.policy_config.advisory,
                 note="; ".join(
                     n
                     for n in (
@@ -314,7 +314,7 @@ class DeciderService(Service[DeciderSettings]):
             targets=plan.targets,
             previous=plan.previous,
             reasons={c: str(r) for c, r in plan.reasons.items()},
-            advisory=self.settings.advisory,
+            advisory=self.settings.policy_config.advisory,
         )
 
     def _observe(self, out: TickOutcome, now_s: float) -> None:

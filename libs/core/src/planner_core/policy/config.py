@@ -1,15 +1,25 @@
 """All policy settings in one frozen struct. Defaults follow the reference planner (NVIDIA Dynamo's
 planner, whose policies the bench re-implements as baselines; see docs/concepts/design.md).
 
-``validate_config`` names the field and the allowed range of the first bad value; the decider calls it
-once at start, the simulator once per bench run.
+Each knob is declared once, here: its type, default, allowed range (a msgspec ``Meta`` on the type)
+and its meaning (the docstring under it). The decider's settings embed :class:`PolicyConfig` as it
+is (flags, ``PLANNER_*`` env and YAML keys are the field names), and the configuration reference is
+generated from these declarations. ``validate_config`` checks the ranges of a config built in code
+(the simulator's) and the checks that span fields; it names the field and the allowed range of the
+first bad value. The decider calls it once at start, the simulator once per bench run.
 """
 
 from __future__ import annotations
 
 import enum
 import math
+import operator
+import typing
 from dataclasses import dataclass, fields
+from functools import cache
+from typing import Annotated
+
+from msgspec import Meta
 
 
 class PolicyKind(enum.StrEnum):
@@ -42,48 +52,72 @@ class ThresholdVariant(enum.StrEnum):
         return None if new is None else cls(new)
 
 
+Positive = Annotated[float, Meta(gt=0)]
+NonNegative = Annotated[float, Meta(ge=0)]
+Share = Annotated[float, Meta(gt=0, le=1)]
+"""A share in (0, 1]."""
+AtLeastOne = Annotated[int, Meta(ge=1)]
+Count = Annotated[int, Meta(ge=0)]
+
+
 @dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
     policy: PolicyKind = PolicyKind.COMBINED
+    """Which policy decides: ``threshold`` (KV utilisation and prefill queue thresholds), ``throughput``
+    (forecast load over profiled capacity), ``load`` (measured latency against the targets) or
+    ``combined`` (a throughput or predictive floor, load adjusting above it)."""
     reference_compat: bool = False
     """Reproduce the reference planner (bench baseline): skip NaN/zero-traffic ticks, +-1 steps in load
     mode, skip while scaling, no stabilisation, no tolerance, no startup/pending awareness, budget
     applied to the final targets only (no transition check)."""
     advisory: bool = False
+    """Publish decisions with advisory=true: actuators do not apply them, the decider waits for no ack."""
 
     # SLA
-    ttft_target_ms: float = 500.0
-    itl_target_ms: float = 50.0
+    ttft_target_ms: Positive = 500.0
+    """Time-to-first-token target (milliseconds) every policy sizes the fleet for."""
+    itl_target_ms: Positive = 50.0
+    """Inter-token latency target (milliseconds) every policy sizes the fleet for."""
 
     # cadence (measured between timestamps, never in ticks)
-    throughput_interval_s: float = 180.0
-    load_interval_s: float = 5.0
-    threshold_interval_s: float = 30.0
+    throughput_interval_s: Positive = 180.0
+    """How often throughput mode (and the combined policy's throughput floor) re-sizes the fleet."""
+    load_interval_s: Positive = 5.0
+    """How often load mode (and the combined policy's load part) evaluates the latest loads."""
+    threshold_interval_s: Positive = 30.0
+    """How often threshold mode evaluates; its trend and grace periods are counted in these intervals."""
 
     # fleet
-    gpus_per_prefill: int = 1
-    gpus_per_decode: int = 1
-    gpus_per_agg: int = 1
-    max_gpu_budget: int = 8
-    """-1 = no budget."""
-    min_replicas: int = 1
-    max_replicas: int = 64
-    """Per component; -1 = no limit beyond the budget."""
+    gpus_per_prefill: AtLeastOne = 1
+    """GPUs one prefill worker uses (for the GPU budget)."""
+    gpus_per_decode: AtLeastOne = 1
+    """GPUs one decode worker uses (for the GPU budget)."""
+    gpus_per_agg: AtLeastOne = 1
+    """GPUs one aggregated (prefill and decode) worker uses (for the GPU budget)."""
+    max_gpu_budget: Annotated[int, Meta(ge=-1)] = 8
+    """GPUs the whole fleet may use; -1 = no budget."""
+    min_replicas: Count = 1
+    """Fewest workers per component (scale-to-zero may still go to 0)."""
+    max_replicas: Annotated[int, Meta(ge=-1)] = 64
+    """Per component; -1 = no limit beyond the budget; otherwise at least ``max(min_replicas, 1)``."""
 
     # throughput / SLA mode
     use_correction: bool = True
-    correction_min: float = 0.1
+    """Throughput mode: scale the profiled capacity by correction factors learned from the observed
+    latencies (false: trust the profile as it is)."""
+    correction_min: Share = 0.1
     """Bounds for observed correction factors (not in the reference planner; ignored in reference_compat)."""
-    correction_max: float = 10.0
-    correction_smoothing: float = 0.5
+    correction_max: Annotated[float, Meta(ge=1)] = 10.0
+    """Upper bound for observed correction factors (see ``correction_min``)."""
+    correction_smoothing: Share = 0.5
     """Weight of a new observation in the correction factors' moving average (1 = no smoothing)."""
-    correction_max_step: float = 1.5
+    correction_max_step: Annotated[float, Meta(ge=1)] = 1.5
     """A correction factor moves by at most this ratio per throughput interval."""
-    prefill_max_utilisation: float = 0.6
+    prefill_max_utilisation: Share = 0.6
     """Size prefill so the forecast load uses at most this share of the profiled throughput.
     TTFT is set by queueing behind bursts: on the Azure traces a fleet that meets the TTFT target runs
     its prefill engines at 30-60 % on average (ignored in reference_compat)."""
-    decode_max_utilisation: float = 0.75
+    decode_max_utilisation: Share = 0.75
     """Likewise for decode. A decode engine past its capacity makes every request wait for
     admission, so the floor keeps a margin over the profile's best throughput at the ITL target. With
     one or two decode engines (the Azure conv trace) 0.85 leaves ITL misses; a lower cap costs
@@ -94,41 +128,42 @@ class PolicyConfig:
     the router spreads the running batch, the fluctuation to absorb grows with its square root)."""
     predictive: bool = True
     """Combined policy: the floor is the predictive one (demand of the startup horizon at the target
-    attainment, re-sized on every traffic sample); False: the throughput mode's floor, as in the
+    attainment, re-sized on every demand forecast); False: the throughput mode's floor, as in the
     reference planner."""
-    demand_interval_s: float = 30.0
+    demand_interval_s: Positive = 30.0
     """Traffic sample interval the simulator's frontend uses for the predictive floor (the
     decider takes the samples as the frontend publishes them)."""
-    target_attainment: float = 0.99
+    target_attainment: Annotated[float, Meta(gt=0, lt=1)] = 0.99
     """Combined policy: the share of requests that should meet both targets. The predictive floor
     picks, per component, the fewest replicas whose predicted attainment over the startup horizon
     reaches this (the policy's aggressiveness knob: lower is cheaper and riskier)."""
-    cold_miss_share: float = 0.5
+    cold_miss_share: Share = 0.5
     """Combined policy: while a demand series' forecast errors are not measured yet (a stand-in
     spread sizes its floor), the floor allows this share of the misses ``target_attainment`` allows
     (0.5 at 0.97: sized for 0.985). A fleet's first minutes decide a run's attainment (their misses
     cannot be made up later) and their spread is a guess; the measured spread then sizes at the
     target itself. 1 turns it off."""
-    arrival_variability: float = 2.0
+    arrival_variability: Positive = 2.0
     """c_a^2 + c_s^2 of prefill arrivals and service in the queueing tail (2 = Poisson arrivals,
     exponential service); burstier traffic needs more, and the predictive floor more engines."""
     use_forecast_upper: bool = False
     """Size for ``LoadForecast.num_requests_upper`` when the predictor gives one."""
 
     # load mode
-    sensitivity: float = 0.8
+    sensitivity: Share = 0.8
     """Scale-down headroom: the consolidated fleet must stay under sensitivity * target."""
-    max_step_up: int = 4
+    max_step_up: AtLeastOne = 4
     """Largest single move in load mode when far from target (reference: 1)."""
-    max_step_down: int = 2
-    stale_after_s: float = 30.0
+    max_step_down: AtLeastOne = 2
+    """Largest single move down in load mode (reference: 1)."""
+    stale_after_s: NonNegative = 30.0
     """A worker whose latest load is older than this makes the snapshot invalid."""
-    cold_start_s: float = 60.0
+    cold_start_s: NonNegative = 60.0
     """Workers younger than this are ignored by the SLA checks and block scale-down."""
-    queue_window_s: float = 180.0
+    queue_window_s: NonNegative = 180.0
     """Load mode: prefill queues of this window are replayed on the fleet: a consolidation must fit every
     one of them, and too many that would still be over target ask for more engines."""
-    queue_overload_samples: int = 2
+    queue_overload_samples: AtLeastOne = 2
     """Load mode: scale prefill up when this many queues of the window would be over the TTFT target."""
 
     # threshold mode (the reference planner's original rules and defaults, or its simple thresholds)
@@ -138,32 +173,51 @@ class PolicyConfig:
     trend), ``simple_throughput`` or ``simple_latency`` (the reference planner's simple thresholds:
     up when any worker crosses, down when all are below, fixed levels). ``seed003`` is read as
     ``original_kv_queue``."""
-    decode_kv_up: float = 0.9
-    decode_kv_down: float = 0.5
-    prefill_queue_up: float = 0.5
-    prefill_queue_down: float = 0.2
-    decode_grace_intervals: int = 3
-    prefill_trend_intervals: int = 3
+    decode_kv_up: Positive = 0.9
+    """original_kv_queue: add a decode worker when the mean KV cache utilisation is above this."""
+    decode_kv_down: NonNegative = 0.5
+    """original_kv_queue: remove a decode worker when the mean KV cache utilisation is below this (must be
+    below ``decode_kv_up``)."""
+    prefill_queue_up: Positive = 0.5
+    """original_kv_queue: add a prefill worker when the mean queued prefill tokens per context length is above
+    this."""
+    prefill_queue_down: NonNegative = 0.2
+    """original_kv_queue: remove a prefill worker when the mean queued prefill tokens per context length is below
+    this (must be below ``prefill_queue_up``)."""
+    decode_grace_intervals: Count = 3
+    """original_kv_queue: no decode scale-down for this many threshold intervals after a decode scale-up (a new
+    worker needs time to fill its KV cache)."""
+    prefill_trend_intervals: Count = 3
+    """original_kv_queue: a prefill scale-up is skipped when the queue's trend, projected this many threshold
+    intervals ahead, falls below ``prefill_queue_up``."""
 
     # beyond the reference
     scale_to_zero: bool = False
-    scale_to_zero_after_s: float = 600.0
+    """Allow 0 replicas after ``scale_to_zero_after_s`` of zero traffic (below ``min_replicas``)."""
+    scale_to_zero_after_s: NonNegative = 600.0
     """Zero traffic and no queued work for this long -> 0 replicas (when scale_to_zero)."""
-    startup_s: float = 120.0
+    startup_s: NonNegative = 120.0
     """Time for a new worker to become ready; the forecast horizon for scale-up."""
 
     # stabilisation and rate limits (Kubernetes-HPA style)
-    tolerance: float = 0.1
+    tolerance: NonNegative = 0.1
     """Dead-band on the fractional replica need: |need/current - 1| <= tolerance keeps current."""
-    up_window_s: float = 0.0
+    up_window_s: NonNegative = 0.0
     """Scale up to the smallest recommendation of this window (0 = immediately)."""
-    down_window_s: float = 300.0
+    down_window_s: NonNegative = 300.0
     """Scale down to the largest recommendation of this window."""
-    rate_period_s: float = 60.0
-    up_limit_replicas: int = 4
-    up_limit_percent: float = 100.0
-    down_limit_replicas: int = 2
-    down_limit_percent: float = 50.0
+    rate_period_s: NonNegative = 60.0
+    """The period the rate limits below count moves over."""
+    up_limit_replicas: Count = 4
+    """Within ``rate_period_s`` a component grows by at most the larger of this many workers and
+    ``up_limit_percent`` of its count (at least 1)."""
+    up_limit_percent: NonNegative = 100.0
+    """See ``up_limit_replicas``."""
+    down_limit_replicas: Count = 2
+    """Within ``rate_period_s`` a component shrinks by at most the larger of this many workers and
+    ``down_limit_percent`` of its count (at least 1)."""
+    down_limit_percent: NonNegative = 50.0
+    """See ``down_limit_replicas``."""
 
     @property
     def sizes_for_demand(self) -> bool:
@@ -178,83 +232,52 @@ class PolicyConfig:
         return self.gpus_per_agg
 
 
-_POSITIVE = (
-    "ttft_target_ms",
-    "itl_target_ms",
-    "throughput_interval_s",
-    "load_interval_s",
-    "threshold_interval_s",
-    "demand_interval_s",
-    "arrival_variability",
+_OPS = (
+    ("gt", ">", operator.gt),
+    ("ge", ">=", operator.ge),
+    ("lt", "<", operator.lt),
+    ("le", "<=", operator.le),
 )
-_NON_NEGATIVE = (
-    "stale_after_s",
-    "cold_start_s",
-    "queue_window_s",
-    "scale_to_zero_after_s",
-    "startup_s",
-    "tolerance",
-    "up_window_s",
-    "down_window_s",
-    "rate_period_s",
-    "up_limit_percent",
-    "down_limit_percent",
-)
-_MIN_ONE_INT = (
-    "gpus_per_prefill",
-    "gpus_per_decode",
-    "gpus_per_agg",
-    "max_step_up",
-    "max_step_down",
-    "queue_overload_samples",
-)
-_NON_NEGATIVE_INT = (
-    "min_replicas",
-    "decode_grace_intervals",
-    "prefill_trend_intervals",
-    "up_limit_replicas",
-    "down_limit_replicas",
-)
+
+
+@cache
+def field_bounds() -> dict[str, tuple[tuple[str, float], ...]]:
+    """The range of every bounded PolicyConfig field, as declared on its type: ``(op, bound)`` pairs
+    such as ``((">", 0.0), ("<=", 1.0))``."""
+    hints = typing.get_type_hints(PolicyConfig, include_extras=True)
+    out: dict[str, tuple[tuple[str, float], ...]] = {}
+    for f in fields(PolicyConfig):
+        metas = [m for m in typing.get_args(hints[f.name])[1:] if isinstance(m, Meta)]
+        bounds = tuple(
+            (text, float(getattr(m, attr)))
+            for m in metas
+            for attr, text, _ in _OPS
+            if getattr(m, attr) is not None
+        )
+        if bounds:
+            out[f.name] = bounds
+    return out
 
 
 def validate_config(cfg: PolicyConfig) -> PolicyConfig:
     """Return ``cfg`` unchanged, or raise ValueError naming the field and its allowed range."""
+    check = {text: op for _, text, op in _OPS}
     for f in fields(cfg):
         v = getattr(cfg, f.name)
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError(f"{f.name}: must be finite, got {v}")
-    for name in _POSITIVE:
-        if getattr(cfg, name) <= 0:
-            raise ValueError(f"{name}: must be > 0, got {getattr(cfg, name)}")
-    for name in _NON_NEGATIVE + _NON_NEGATIVE_INT:
-        if getattr(cfg, name) < 0:
-            raise ValueError(f"{name}: must be >= 0, got {getattr(cfg, name)}")
-    for name in _MIN_ONE_INT:
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"{name}: must be >= 1, got {getattr(cfg, name)}")
-    if cfg.max_gpu_budget < -1:
-        raise ValueError(f"max_gpu_budget: must be -1 (none) or >= 0, got {cfg.max_gpu_budget}")
+    for name, bounds in field_bounds().items():
+        v = getattr(cfg, name)
+        for text, bound in bounds:
+            if not check[text](float(v), bound):
+                allowed = ", ".join(f"{t} {b:g}" for t, b in bounds)
+                raise ValueError(f"{name}: must be {allowed}, got {v}")
+    # the checks that span fields
     if cfg.max_replicas != -1 and cfg.max_replicas < max(cfg.min_replicas, 1):
         raise ValueError(f"max_replicas: must be -1 or >= max(min_replicas, 1), got {cfg.max_replicas}")
-    if not 0.0 < cfg.sensitivity <= 1.0:
-        raise ValueError(f"sensitivity: must be in (0, 1], got {cfg.sensitivity}")
-    if not 0.0 < cfg.prefill_max_utilisation <= 1.0:
-        raise ValueError(f"prefill_max_utilisation: must be in (0, 1], got {cfg.prefill_max_utilisation}")
-    if not 0.0 < cfg.decode_max_utilisation <= 1.0:
-        raise ValueError(f"decode_max_utilisation: must be in (0, 1], got {cfg.decode_max_utilisation}")
-    if not 0.0 < cfg.cold_miss_share <= 1.0:
-        raise ValueError(f"cold_miss_share: must be in (0, 1], got {cfg.cold_miss_share}")
-    if not 0.0 < cfg.target_attainment < 1.0:
-        raise ValueError(f"target_attainment: must be in (0, 1), got {cfg.target_attainment}")
-    if not 0.0 < cfg.correction_smoothing <= 1.0:
-        raise ValueError(f"correction_smoothing: must be in (0, 1], got {cfg.correction_smoothing}")
-    if cfg.correction_max_step < 1.0:
-        raise ValueError(f"correction_max_step: must be >= 1, got {cfg.correction_max_step}")
-    if not 0.0 < cfg.correction_min <= 1.0 <= cfg.correction_max:
-        raise ValueError("correction_min/correction_max: need 0 < correction_min <= 1 <= correction_max")
-    if not 0.0 <= cfg.decode_kv_down < cfg.decode_kv_up:
+    if cfg.decode_kv_down >= cfg.decode_kv_up:
         raise ValueError("decode_kv_down/decode_kv_up: need 0 <= decode_kv_down < decode_kv_up")
-    if not 0.0 <= cfg.prefill_queue_down < cfg.prefill_queue_up:
+    if cfg.prefill_queue_down >= cfg.prefill_queue_up:
         raise ValueError(
             "prefill_queue_down/prefill_queue_up: need 0 <= prefill_queue_down < prefill_queue_up"
         )

@@ -1,7 +1,7 @@
 """The actuation core: the decision protocol every actuator follows, over a small backend.
 
 Write an actuator: implement :class:`Backend` (components, admit, workers, start, drain, remove),
-subclass :class:`ActuatorService` with settings derived from ``ActuatorSettings``, and return the
+subclass :class:`ActuatorService` with settings derived from :class:`ActuatorSettings`, and return the
 backend from ``make_backend``. See ``examples/process_actuator.py`` and ``docs/concepts/actuators.md``.
 """
 
@@ -16,10 +16,12 @@ from planner_runtime.actuation.records import (
     WorkerRecord,
 )
 from planner_runtime.actuation.service import ActuatorService
+from planner_runtime.actuation.settings import ActuatorSettings
 
 __all__ = [
     "ActuationError",
     "ActuatorService",
+    "ActuatorSettings",
     "Backend",
     "DecisionFollower",
     "FollowerState",

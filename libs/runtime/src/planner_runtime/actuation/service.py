@@ -9,8 +9,8 @@ from typing import ClassVar, TypeVar
 from planner_proto.subjects import STATE_BUCKET
 from planner_runtime.actuation.backend import Backend
 from planner_runtime.actuation.follower import DecisionFollower, FollowerMetrics
+from planner_runtime.actuation.settings import ActuatorSettings
 from planner_runtime.service import Service
-from planner_runtime.settings import ActuatorSettings
 
 A = TypeVar("A", bound=ActuatorSettings)
 

@@ -7,9 +7,7 @@ is then ready for ``/v1/completions``, ``/v1/chat/completions`` and ``/metrics``
 
 from __future__ import annotations
 
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -18,7 +16,7 @@ from types import TracebackType
 from planner_runtime.httpget import get
 from planner_runtime.llamacpp.binary import find_llama_server
 from planner_runtime.llamacpp.tinymodel import ensure_tiny_llama
-from planner_runtime.natsd import _die_with_parent, free_port
+from planner_runtime.processes import ManagedProcess, free_port
 
 
 def server_args(
@@ -55,7 +53,9 @@ def server_args(
     ]
 
 
-def wait_healthy(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
+def wait_healthy(
+    url: str, timeout_s: float, proc: subprocess.Popen[bytes] | ManagedProcess | None = None
+) -> bool:
     """True once ``{url}/health`` answers 200; False on timeout or when ``proc`` exited."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -100,7 +100,7 @@ class LlamaServer:
             self._tmp = tempfile.TemporaryDirectory(prefix="llama-server-")
             log_dir = Path(self._tmp.name)
         self.log_file = log_dir / f"llama-server-{self.port}.log"
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: ManagedProcess | None = None
 
     @property
     def url(self) -> str:
@@ -129,13 +129,7 @@ class LlamaServer:
         if self.running:
             return self
         with self.log_file.open("ab") as log:
-            self._proc = subprocess.Popen(
-                self.args(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-            )
+            self._proc = ManagedProcess.start(self.args(), stdout=log, stderr=subprocess.STDOUT)
         if not wait_healthy(self.url, timeout_s, self._proc):
             self.stop()
             tail = self.log_file.read_text(errors="replace")[-1500:] if self.log_file.exists() else ""
@@ -150,15 +144,8 @@ class LlamaServer:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        if proc is not None:
+            proc.stop(timeout_s)
 
     def close(self) -> None:
         self.stop()

@@ -10,14 +10,13 @@ draining, then stopped once ``/metrics`` show nothing processing or deferred).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from planner_proto import Component
 from planner_runtime.llamacpp.binary import find_llama_server
 from planner_runtime.llamacpp.server import server_args
 from planner_runtime.llamacpp.tinymodel import ensure_tiny_llama
-from planner_runtime.register.run import run as register
+from planner_runtime.register.run import main as register
 from planner_runtime.register.settings import RegisterSettings
 from planner_runtime.settings import SettingsError
 
@@ -70,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"llamacpp worker: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(register(settings, cmd))
+    return register(settings, cmd)
 
 
 if __name__ == "__main__":

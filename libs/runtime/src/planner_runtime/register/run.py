@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -35,7 +33,8 @@ from nats.js.kv import KeyValue
 from planner_proto import Component, DecodeError, EngineInfo
 from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S, Subjects
 from planner_runtime.bus import Bus, kv_get, kv_put
-from planner_runtime.natsd import _die_with_parent, free_port
+from planner_runtime.cancellable import run_cancellable
+from planner_runtime.processes import ManagedProcess, free_port
 from planner_runtime.register.probe import Probe, busy, healthy, probe
 from planner_runtime.register.settings import RegisterSettings, base_capabilities
 
@@ -48,7 +47,7 @@ def _say(worker: str, text: str, err: bool = False) -> None:
 
 
 class Registration:
-    def __init__(self, settings: RegisterSettings, command: Sequence[str]) -> None:
+    def __init__(self, settings: RegisterSettings, command: Sequence[str], stop: asyncio.Event) -> None:
         self.s = settings
         self.worker = settings.resolved_worker_id()
         port = free_port() if command and not settings.engine_url else 0
@@ -57,33 +56,22 @@ class Registration:
         self.key = Subjects(ns=settings.namespace, prefix=settings.subject_prefix).engine_key(
             settings.component, self.worker
         )
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.stop = asyncio.Event()
+        self.proc: ManagedProcess | None = None
+        self.stop = stop
         self.info: EngineInfo | None = None
 
     # --- the engine process (wrapper mode) -------------------------------------------------------
     def start_engine(self) -> None:
-        self.proc = subprocess.Popen(
-            self.command,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # a terminal's Ctrl-C reaches the wrapper, which drains first
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )
+        # its own session: a terminal's Ctrl-C reaches the wrapper, which drains first
+        self.proc = ManagedProcess.start(self.command, new_session=True)
         _say(self.worker, f"started {self.command[0]} (pid {self.proc.pid}), serving at {self.url}")
 
     def engine_exited(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
     def stop_engine(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=self.s.stop_timeout_s)
-        except subprocess.TimeoutExpired:
+        if self.proc is not None and self.proc.stop(self.s.stop_timeout_s, kill_wait_s=10):
             _say(self.worker, f"engine still running {self.s.stop_timeout_s:g} s after SIGTERM: killed", True)
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
     # --- waiting and probing ---------------------------------------------------------------------
     async def wait_serving(self, timeout_s: float) -> bool:
@@ -255,11 +243,9 @@ async def _serve(reg: Registration, kv: KeyValue) -> int:
     return 0
 
 
-async def run(settings: RegisterSettings, command: Sequence[str]) -> int:
-    reg = Registration(settings, command)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, reg.stop.set)
+async def run(settings: RegisterSettings, command: Sequence[str], stop: asyncio.Event) -> int:
+    """Register (and in wrapper mode start) the engine; setting ``stop`` drains it and ends the run."""
+    reg = Registration(settings, command, stop)
     try:
         bus = await Bus.connect(settings, name=f"register-{reg.worker}", stop=reg.stop)
     except ConnectionError as exc:
@@ -277,3 +263,9 @@ async def run(settings: RegisterSettings, command: Sequence[str]) -> int:
     finally:
         await asyncio.to_thread(reg.stop_engine)
         await bus.close()
+
+
+def main(settings: RegisterSettings, command: Sequence[str]) -> int:
+    """The process entry point: :func:`run` until SIGTERM or Ctrl-C, which drain the engine first."""
+    stop = asyncio.Event()
+    return run_cancellable(run(settings, command, stop), on_signal=stop.set)
