@@ -8,7 +8,8 @@ replica stuck pending must not pin the fleet, its issue 14251), and so is a furt
 pending replicas will not cover the load. Decode requests that wait for admission (KV cache or
 ``max_num_seqs`` full) count as ITL: the pass-time model alone cannot see them. Prefill consolidation
 also checks the peak queue of the recent window, since the queue at one instant is usually empty even
-at high utilisation.
+at high utilisation. A prefill backlog is sized by its drain time (:func:`drain_steps`): engines that
+would start after it has drained are not ordered.
 """
 
 from __future__ import annotations
@@ -25,6 +26,61 @@ from planner_proto.state import ComponentSnapshot
 
 # est(worker, load_scale) -> latency ms (None = unknown)
 _Est = Callable[[WorkerLoad, float], float | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backlog:
+    """What sizes a scale-up for a prefill backlog (ours): the prompt tokens/s arriving (forecast or
+    observed), how fast the fleet's queue grew lately, and when the engines already ordered are
+    ready."""
+
+    demand_tok_per_s: float
+    queue_growth_tok_per_s: float | None = None
+    """Recent slope of the summed prefill queue (None: not measured)."""
+    pending_ready_in_s: float
+
+
+def drain_steps(
+    backlog_tokens: float,
+    demand: float,
+    per_engine: float,
+    ready: int,
+    pending: int,
+    pending_ready_in_s: float,
+    startup_s: float,
+) -> int:
+    """Engines worth ordering now for a prefill backlog of ``backlog_tokens``, with ``demand`` prompt
+    tokens/s arriving, ``ready`` engines serving ``per_engine`` tokens/s each and ``pending`` more
+    from ``pending_ready_in_s``: none when the backlog drains before an engine ordered now could serve
+    (``startup_s``); else the fewest that serve the demand and drain what is left of the backlog when
+    they arrive within one more startup (an engine is worth its startup when it serves the backlog
+    at least as long). At least what the demand alone needs once the pending engines are in."""
+    if per_engine <= 0 or not math.isfinite(per_engine) or not math.isfinite(demand):
+        return 0
+    have = ready + pending
+    steady = max(0, math.ceil(demand / per_engine - have - 1e-9))
+    first = min(max(pending_ready_in_s, 0.0), startup_s)
+    left = max(0.0, backlog_tokens + (demand - per_engine * ready) * first)
+    left = max(0.0, left + (demand - per_engine * have) * (startup_s - first))
+    if left <= 0.0:
+        return steady
+    k = max(steady, 1)
+    while (per_engine * (have + k) - demand) * startup_s < left:
+        k += 1
+    return k
+
+
+def _per_engine_prefill(
+    snap: ComponentSnapshot, estimator: LatencyEstimator | None, queued_per_engine: float
+) -> float | None:
+    """Prompt tokens/s one engine works through a queue at (from the learned model), or None."""
+    if estimator is None or queued_per_engine <= 0:
+        return None
+    t0 = estimator.ttft_ms(snap, 0.0)
+    tq = estimator.ttft_ms(snap, queued_per_engine)
+    if t0 is None or tq is None or not (math.isfinite(t0) and math.isfinite(tq)) or tq <= t0:
+        return None
+    return queued_per_engine / ((tq - t0) / 1000.0)
 
 
 @dataclass(frozen=True)
@@ -244,13 +300,15 @@ def load_policy(
     in_progress: bool = False,
     recent_queued_tokens: Sequence[float] = (),
     burst_step_ok: bool = False,
+    backlog: Backlog | None = None,
 ) -> ComponentResult:
     """Recommendation for one component; ``current`` is the present desired count.
 
     ``recent_queued_tokens``: the component's queued prefill tokens (prefill) or scheduled + queued
     decode KV tokens (decode), summed over engines, at each tick of the recent window (ours; ignored
     in reference_compat); ``burst_step_ok``: no scale-up of this
-    component within that window, so one burst-driven step is allowed."""
+    component within that window, so one burst-driven step is allowed; ``backlog``: the demand and the
+    pending engines' ready time that size a prefill scale-up by the queue's drain time (ours)."""
     compat = cfg.reference_compat
     if compat and in_progress:
         return ComponentResult(target=None, reason=Reason.SCALING_IN_PROGRESS)
@@ -301,6 +359,29 @@ def load_policy(
     up = max(s.up_steps for s in signals)
     down = min(s.down_steps for s in signals)
     n = len(workers)
+    queued = float(sum(w.queued_prefill_tokens for w in workers))
+    if backlog is not None and not compat and component == PREFILL and queued > 0:
+        # ours: the queue is a backlog the engines work through, and an engine ordered now serves
+        # from startup_s on: order what drains it (none when it is gone by then), and give back none
+        # while it outlasts a startup
+        per = _per_engine_prefill(snapshot, estimator, queued / n)
+        if per is not None:
+            pending = max(0, current - replicas.ready)
+            demand = backlog.demand_tok_per_s
+            if backlog.queue_growth_tok_per_s is not None:
+                # every engine is busy while there is a queue: what arrives is what they serve plus
+                # what the queue grew by
+                demand = max(demand, per * n + backlog.queue_growth_tok_per_s)
+            need = drain_steps(queued, demand, per, n, pending, backlog.pending_ready_in_s, cfg.startup_s)
+            diag.update(
+                {"backlog_tokens": queued, "per_engine_tok_per_s": per, "backlog_demand_tok_per_s": demand,
+                 "drain_steps": float(need)}
+            )  # fmt: skip
+            if up > 0:
+                up = min(need, max_up)
+            if drain_steps(queued, demand, per, n - 1 + pending, 0, 0.0, cfg.startup_s) > 0:
+                down = 0
+                diag["backlog_hold"] = 1.0
     if in_progress and up == 0 and down == 0:
         # ours: a change in flight blocks nothing else; pending replicas already count in n_eff, so
         # an up here means they will not cover the load

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from planner_core.policy.budget import apply_budget, issuable_targets
 from planner_core.policy.config import PolicyConfig, PolicyKind
-from planner_core.policy.load import admission_blocked, load_policy
+from planner_core.policy.load import Backlog, admission_blocked, load_policy
 from planner_core.policy.predictive import floor_hold_s, lead_samples, predictive_floor
 from planner_core.policy.stabilize import prune_events, prune_recommendations, rate_limit, stabilize
 from planner_core.policy.threshold import ThresholdMemory, threshold_policy
@@ -462,7 +462,41 @@ def _load(p: Draft, c: str, inputs: DecisionInputs, cfg: PolicyConfig, now_s: fl
         in_progress=c in inputs.in_progress,
         recent_queued_tokens=() if cfg.reference_compat else _recent_queues(st, c),
         burst_step_ok=c not in st.last_up_s or now_s - st.last_up_s[c] >= cfg.queue_window_s,
+        backlog=None if cfg.reference_compat or c != PREFILL else _backlog(st, inputs, cfg, now_s),
     )
+
+
+def _backlog(st: PolicyState, inputs: DecisionInputs, cfg: PolicyConfig, now_s: float) -> Backlog | None:
+    """Ours: what sizes a prefill scale-up by the queue's drain time: the prompt tokens/s coming (the
+    larger of the demand forecast's next sample and the latest traffic sample), the queue's growth
+    over the latest load ticks, and when the engines ordered last are ready (a startup after the
+    last scale-up)."""
+    rates: list[float] = []
+    forecast = inputs.demand.component(PREFILL) if inputs.demand is not None else None
+    if forecast is not None and forecast.steps:
+        rates.append(forecast.steps[0].forecast)
+    t = inputs.traffic
+    if t is not None and t.mean_isl_tokens is not None:
+        rates.append(t.num_requests * t.mean_isl_tokens / t.interval_s)
+    rates = [r for r in rates if math.isfinite(r)]
+    if not rates:
+        return None
+    last_up = st.last_up_s.get(PREFILL)
+    ready_in = cfg.startup_s if last_up is None else max(0.0, last_up + cfg.startup_s - now_s)
+    return Backlog(
+        demand_tok_per_s=max(rates),
+        queue_growth_tok_per_s=_queue_growth(st, now_s, 3 * cfg.load_interval_s),
+        pending_ready_in_s=ready_in,
+    )
+
+
+def _queue_growth(st: PolicyState, now_s: float, window_s: float) -> float | None:
+    """Prompt tokens/s the prefill queue grew by over the latest ``window_s``; None with fewer than
+    two samples in it."""
+    recent = [s for s in st.queue_samples if s.component == PREFILL and now_s - s.at_s <= window_s]
+    if len(recent) < 2 or recent[-1].at_s <= recent[0].at_s:
+        return None
+    return (recent[-1].queued_tokens - recent[0].queued_tokens) / (recent[-1].at_s - recent[0].at_s)
 
 
 def _over_floor(
@@ -489,7 +523,8 @@ def _over_floor(
         # the load policy only adds what the engines show beyond it (a step down relative to the
         # current count would hold every step in the down window)
         diag = {f"{c}.predictive_floor": float(fl)}
-        up = res.target if res.target is not None and res.target > cur else None
+        holds = res.diagnostics.get("backlog_hold") == 1.0  # a backlog outlasts a startup: no step down
+        up = res.target if res.target is not None and (res.target > cur or holds) else None
         if up is None or up < fl:
             set_res = ComponentResult(
                 target=fl, reason=_direction(fl, cur), diagnostics={**res.diagnostics, "floor_set": 1.0}
