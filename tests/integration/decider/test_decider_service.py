@@ -256,6 +256,25 @@ async def test_the_predictive_floor_sizes_for_the_predictors_demand_forecast(
         await wait_until(lambda: dec.metric("planner_decider_demand_forecast_ticks_total", missing) >= 2, 5)
         await bus.publish(SUBJECTS.replicas(), status(1, 1))
         await asyncio.sleep(0.5)
+
+        # steps that do not run 1 .. lead_samples: refused
+        broken = msgspec.structs.replace(fc, lead_samples=fc.lead_samples + 3)
+        await bus.publish(SUBJECTS.demand(), broken)
+        await bus.flush()
+        bad = {"subject": SUBJECTS.demand(), "reason": "invalid"}
+        await wait_until(lambda: dec.metric("planner_bad_messages_total", bad) == 1, 5)
+        # a predictor told another startup_s: its forecast is used, and each one is counted
+        other = HorizonDemand(startup_s=0.5)
+        for i in range(20):
+            other.observe(TrafficSample(namespace=NS, start_s=0.1 * i, interval_s=0.1, num_requests=4.0,
+                                        mean_isl_tokens=1000.0, mean_osl_tokens=100.0))  # fmt: skip
+        longer = other.forecast(NS, time.time())
+        assert longer is not None and longer.lead_samples != fc.lead_samples
+        for _ in range(2):
+            await bus.publish(SUBJECTS.demand(), longer)
+        await bus.flush()
+        await wait_until(lambda: dec.metric("planner_decider_demand_lead_mismatch_total") == 2, 5)
+        await wait_until(lambda: dec.svc.latest.demand is not None and dec.svc.latest.demand.msg == longer, 5)
     finally:
         assert await dec.stop() == 0
         await bus.close()

@@ -86,6 +86,7 @@ class DeciderService(Service[DeciderSettings]):
         comps = set(settings.components)
         # the predictive floor sizes prefill and decode (an aggregated fleet is sized on load)
         self._sizes_for_demand = self.cfg.sizes_for_demand and not (comps and comps <= {"agg"})
+        self._lead_warned: tuple[int, int] | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------------
     async def setup(self) -> None:
@@ -207,13 +208,20 @@ class DeciderService(Service[DeciderSettings]):
         if fc.namespace != self.settings.namespace:
             self.bus.count_bad(subject, "namespace")
             return
+        if any(
+            [s.steps_ahead for s in c.steps] != list(range(1, fc.lead_samples + 1)) for c in fc.components
+        ):
+            self.bus.count_bad(subject, "invalid")  # each component's steps are 1 .. lead_samples
+            return
         own = lead_samples(self.cfg.startup_s, fc.interval_s)
         if fc.lead_samples != own:
             self.metrics.demand_lead_mismatch.inc()
-            self.log.warning(
-                "demand_lead_mismatch", forecast_lead=fc.lead_samples, own_lead=own,
-                detail="set the predictor's startup_s to the decider's",
-            )  # fmt: skip
+            if self._lead_warned != (fc.lead_samples, own):  # once per mismatch, not per forecast
+                self._lead_warned = (fc.lead_samples, own)
+                self.log.warning(
+                    "demand_lead_mismatch", forecast_lead=fc.lead_samples, own_lead=own,
+                    detail="set the predictor's startup_s to the decider's (the forecast is used as it is)",
+                )  # fmt: skip
         self.latest = self.latest.with_demand(fc, time.time())
 
     async def _on_traffic(self, sample: TrafficSample, subject: str) -> None:
