@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -58,7 +59,12 @@ def test_servegen_bad_line(tmp_path: Path) -> None:
 
 
 def test_scenarios() -> None:
-    assert set(SCENARIOS) == {"azure-conv", "azure-code", "servegen-day", "servegen-week", "sinusoid"}
+    assert set(SCENARIOS) == {
+        "azure-conv", "azure-code", "servegen-day", "servegen-week", "sinusoid",
+        "flat", "step-up", "step-down", "spikes", "slow-sinusoid", "small-fleet", "long-prompts",
+    }  # fmt: skip
+    assert all(is_generated(sc.source) for n, sc in SCENARIOS.items() if not n.startswith("azure"))
+    assert scenario("long-prompts").ttft_ms_per_1k_isl == 100.0
     s = scenario("sinusoid")
     assert (s.ttft_ms, s.itl_ms, s.peak_gpus) == (3000.0, 35.0, None)
     assert STARTUP_SWEEP_S == (0.0, 30.0, 60.0, 120.0, 180.0, 300.0)
@@ -89,3 +95,35 @@ def test_servegen_day_from_shared_data(shared_data: Path) -> None:
     name, reqs = load_requests(src, seed=0)
     assert name == "servegen-m-small-0.1d"
     assert len(reqs) / 9000.0 == pytest.approx(2.0, rel=0.15)  # 15 windows of 600 s
+
+
+@pytest.mark.parametrize(
+    ("source", "check"),
+    [
+        (
+            "synthetic:shape=constant,rps=4,duration_s=1200",
+            lambda per_min: per_min.min() > 2.5 and per_min.max() < 5.5,
+        ),
+        (
+            "synthetic:shape=step,rps=1,peak_rps=8,step_at_s=600,duration_s=1200",
+            lambda per_min: per_min[:9].mean() < 1.5 and per_min[11:].mean() > 6.5,
+        ),
+        (
+            "synthetic:shape=burst,rps=1,peak_rps=10,burst_every_s=300,burst_len_s=60,duration_s=1200",
+            lambda per_min: per_min[0] > 7 and per_min[2] < 2 and per_min[5] > 7,
+        ),
+    ],
+    ids=["constant", "step", "burst"],
+)
+def test_synthetic_sources(source: str, check: Any) -> None:
+    name, reqs = load_generated(source)
+    t = np.array([r.arrival_s for r in reqs])
+    assert t.max() < 1200
+    per_min = np.bincount((t // 60).astype(int), minlength=20) / 60.0
+    assert check(per_min), per_min
+    isl = np.array([r.input_tokens for r in reqs])
+    assert 1500 < np.median(isl) < 2500 and isl.std() > 0  # log-normal around 2000 by default
+    with pytest.raises(ValueError, match="shape must be one of"):
+        load_generated("synthetic:shape=zigzag")
+    with pytest.raises(ValueError, match="unknown keys"):
+        load_generated("synthetic:shape=constant,rate=4")

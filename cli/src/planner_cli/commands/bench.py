@@ -143,6 +143,7 @@ def _configs(args: argparse.Namespace, policies: list[str]) -> list[tuple[str | 
                         ttft_target_ms=sc.ttft_ms,
                         itl_target_ms=sc.itl_ms,
                         peak_gpus=sc.peak_gpus,
+                        ttft_ms_per_1k_isl=sc.ttft_ms_per_1k_isl or args.ttft_ms_per_1k_isl,
                         duration_s=args.duration_s if args.duration_s is not None else sc.duration_s,
                     ),
                 )

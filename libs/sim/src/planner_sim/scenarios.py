@@ -8,7 +8,11 @@ Generated sources are strings ``KIND:key=value,key=value`` (the bench's ``--trac
 - ``servegen:dir=DIR,days=1,start_day=0,mean_rps=4,lengths=PATH``: sampled from ServeGen window
   statistics (:mod:`planner_sim.servegen`);
 - ``sinusoid:min_rps=1,max_rps=24,period_s=900,isl=8000,osl=1000,duration_s=3600``: Poisson arrivals
-  whose rate follows a sinusoid between the two rates.
+  whose rate follows a sinusoid between the two rates;
+- ``synthetic:shape=step,rps=3,peak_rps=12,step_at_s=1800,isl=2000,osl=300,duration_s=3600``: Poisson
+  arrivals of another shape (``constant``; ``step`` from ``rps`` to ``peak_rps`` at ``step_at_s``;
+  ``burst``, ``peak_rps`` for ``burst_len_s`` every ``burst_every_s``), lengths log-normal around
+  ``isl`` / ``osl`` with ``length_jitter`` (sigma, default 0.5).
 
 Relative paths (``DIR``, ``PATH``) are resolved against the data directory (``../shared/data``).
 """
@@ -39,6 +43,8 @@ class Scenario:
     """Rate-scale the trace to this oracle peak; None: the source's own rate."""
     duration_s: float | None = None
     description: str = ""
+    ttft_ms_per_1k_isl: float = 0.0
+    """Added to a request's TTFT target per 1000 prompt tokens (long prompts)."""
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -84,6 +90,67 @@ SCENARIOS: dict[str, Scenario] = {
             peak_gpus=None,
             description="the reference planner's known failure: 1 <-> 24 req/s, period 900 s, ISL 8000 / OSL 1000",
         ),
+        # scenarios no policy constant was set on (the generalisation check)
+        Scenario(
+            name="flat",
+            source="synthetic:shape=constant,rps=6,isl=2000,osl=300,duration_s=3600",
+            ttft_ms=500.0,
+            itl_ms=50.0,
+            peak_gpus=None,
+            description="flat traffic, 6 req/s, ISL 2000 / OSL 300 (log-normal), 1 h",
+        ),
+        Scenario(
+            name="step-up",
+            source="synthetic:shape=step,rps=2,peak_rps=8,step_at_s=1800,isl=2000,osl=300,duration_s=3600",
+            ttft_ms=500.0,
+            itl_ms=50.0,
+            peak_gpus=None,
+            description="a step from 2 to 8 req/s half-way, 1 h",
+        ),
+        Scenario(
+            name="step-down",
+            source="synthetic:shape=step,rps=8,peak_rps=2,step_at_s=1800,isl=2000,osl=300,duration_s=3600",
+            ttft_ms=500.0,
+            itl_ms=50.0,
+            peak_gpus=None,
+            description="a step from 8 to 2 req/s half-way, 1 h",
+        ),
+        Scenario(
+            name="spikes",
+            source=(
+                "synthetic:shape=burst,rps=2,peak_rps=10,burst_every_s=600,burst_len_s=60,isl=2000,osl=300,"
+                "duration_s=3600"
+            ),
+            ttft_ms=500.0,
+            itl_ms=50.0,
+            peak_gpus=None,
+            description="2 req/s with one-minute spikes to 10 every 10 minutes, 1 h",
+        ),
+        Scenario(
+            name="slow-sinusoid",
+            source="sinusoid:min_rps=2,max_rps=30,period_s=1500,isl=3000,osl=400,duration_s=5400",
+            ttft_ms=1500.0,
+            itl_ms=40.0,
+            peak_gpus=None,
+            description="a slower, shallower wave: 2 <-> 30 req/s, period 1500 s, ISL 3000 / OSL 400, 1.5 h",
+        ),
+        Scenario(
+            name="small-fleet",
+            source="sinusoid:min_rps=0.3,max_rps=2,period_s=1200,isl=2000,osl=300,duration_s=3600",
+            ttft_ms=500.0,
+            itl_ms=50.0,
+            peak_gpus=None,
+            description="a fleet of 2-4 GPUs (one engine a quarter of the peak): 0.3 <-> 2 req/s, period 1200 s",
+        ),
+        Scenario(
+            name="long-prompts",
+            source="synthetic:shape=sinusoid,rps=0.5,peak_rps=3,period_s=1800,isl=12000,osl=400,duration_s=3600",
+            ttft_ms=500.0,
+            itl_ms=50.0,
+            peak_gpus=None,
+            ttft_ms_per_1k_isl=100.0,
+            description="long prompts (ISL 12000 log-normal, TTFT 500 ms + 100 ms per 1k prompt tokens), 0.5 <-> 3 req/s",
+        ),
     )
 }
 
@@ -95,7 +162,8 @@ def scenario(name: str) -> Scenario:
         raise ValueError(f"unknown scenario {name!r}; valid: {', '.join(SCENARIOS)}") from None
 
 
-_KINDS = ("servegen", "sinusoid")
+_KINDS = ("servegen", "sinusoid", "synthetic")
+_SHAPES = ("constant", "step", "sinusoid", "burst")
 
 
 def is_generated(source: str) -> bool:
@@ -158,4 +226,25 @@ def load_generated(source: str, seed: int = 0) -> tuple[str, list[TraceRequest]]
             raise ValueError(f"{source}: unknown keys {sorted(params)}")
         reqs = synthetic("sinusoid", duration, lo, isl, osl, peak_rate_per_s=hi, period_s=period, seed=seed)
         return f"sinusoid-{lo:g}-{hi:g}", reqs
+    if kind == "synthetic":
+        shape = params.pop("shape", "constant")
+        if shape not in _SHAPES:
+            raise ValueError(f"{source}: shape must be one of {', '.join(_SHAPES)}, got {shape!r}")
+        rps = _take(params, "rps", 4.0, source)
+        peak = _take(params, "peak_rps", 2 * rps, source)
+        duration = _take(params, "duration_s", 3600.0, source)
+        kw = {
+            "isl_tokens": int(_take(params, "isl", 2000, source)),
+            "osl_tokens": int(_take(params, "osl", 300, source)),
+            "peak_rate_per_s": peak,
+            "period_s": _take(params, "period_s", 600.0, source),
+            "step_at_s": _take(params, "step_at_s", duration / 2, source),
+            "burst_every_s": _take(params, "burst_every_s", 300.0, source),
+            "burst_len_s": _take(params, "burst_len_s", 30.0, source),
+            "length_jitter": _take(params, "length_jitter", 0.5, source),
+        }
+        if params:
+            raise ValueError(f"{source}: unknown keys {sorted(params)}")
+        reqs = synthetic(shape, duration, rps, seed=seed, **kw)  # type: ignore[arg-type]
+        return f"{shape}-{rps:g}-{peak:g}", reqs
     raise ValueError(f"{source}: unknown generated source kind {kind!r} (valid: {', '.join(_KINDS)})")
