@@ -140,7 +140,7 @@ SCENARIOS: dict[str, Scenario] = {
             ttft_ms=500.0,
             itl_ms=50.0,
             peak_gpus=None,
-            description="a fleet of 2-4 GPUs (one engine a quarter of the peak): 0.3 <-> 2 req/s, period 1200 s",
+            description="a small fleet: 0.3 <-> 2 req/s, period 1200 s, ISL 2000 / OSL 300",
         ),
         Scenario(
             name="long-prompts",
