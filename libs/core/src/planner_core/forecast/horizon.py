@@ -98,10 +98,10 @@ class HorizonConfig:
     rise_damping: float = 0.8
     """The fast Holt's trend damping per step ahead when it forecasts a rise of traffic that is not
     :func:`intermittent` (``fast_damping`` otherwise): a rise of continuous traffic bends before a
-    startup's worth of its slope is carried on (the sinusoid's first peak, forecast at 0.98 a lead
-    ahead: 1.36x the peak that came), and its errors are measured against the forecast as damped.
-    On on-off traffic a rise is a burst, whose forecast is capped at the largest burst seen; damping
-    it would forecast less than that (the Azure code trace's cold bursts)."""
+    startup's worth of its slope is carried on (a wave's crest is lower than its rising slope carried
+    a lead ahead), and its errors are measured against the forecast as damped. On on-off traffic a
+    rise is a burst, whose forecast is capped at the largest burst seen; damping it would forecast
+    less than that."""
     early_season_errors: int = 4
     """Back-tested seasonal errors that let a season take over before ``min_errors`` are scored, if it
     is clearly better (``early_season_margin``): a season's back-test record starts a season and a
@@ -113,9 +113,8 @@ class HorizonConfig:
     min_step_errors: int = 6
     """Forecasts scored at a nearer step and at the lead before the ratio of their mean absolute
     errors scales the nearer step's (:func:`step_scale`): a ratio of means settles well before the
-    tail of the errors does (``min_errors``); until then a fall sized at the next sample carried the
-    whole lead's spread (the sinusoid's first fall: forecasts one sample ahead sized for the errors
-    of a startup's worth of rise)."""
+    tail of the errors does (``min_errors``), so a forecast one sample ahead is not sized for the
+    errors of a whole lead for long."""
     step_memory: int = 60
     """Forecasts the per-step mean absolute errors average over (an exponential window)."""
     symmetric: bool = True
