@@ -97,4 +97,6 @@ def test_an_overload_orders_what_drains_it_not_what_spreads_it_at_once() -> None
     assert got.target == 2 + min(expected, 3)
     # the reference planner has no such cap
     ref = PolicyConfig(reference_compat=True)
-    assert load_policy("prefill", snap("prefill", workers), reps(2), 2, EST, ref, NOW, backlog=over).target == 3
+    assert (
+        load_policy("prefill", snap("prefill", workers), reps(2), 2, EST, ref, NOW, backlog=over).target == 3
+    )

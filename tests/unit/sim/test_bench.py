@@ -9,7 +9,7 @@ import pytest
 
 from planner_cli.main import main
 from planner_sim.oracle import decode_rate_tok_per_s, oracle
-from planner_sim.policies import BASE_POLICIES
+from planner_sim.policies import BASE_POLICIES, reference_release
 from planner_sim.traces import TraceRequest, synthetic
 from tests.unit.sim.sim_helpers import TIMING, settings
 
@@ -78,6 +78,7 @@ def test_bench_json_new_fields(bench_json: dict[str, object]) -> None:
         if reached:
             assert p["gpu_hours_at_99_pct"] == pytest.approx(p["gpu_hours"], abs=1e-3)
         assert p["max_attainment_pct"] == pytest.approx(p["sla_attainment_pct"], abs=0.01)
+        assert p["reference"] == reference_release(p["policy"])
 
 
 def test_oracle_is_below_every_policy_that_meets_the_sla(bench_json: dict[str, object]) -> None:

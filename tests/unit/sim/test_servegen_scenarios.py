@@ -117,6 +117,7 @@ def test_servegen_day_from_shared_data(shared_data: Path) -> None:
 )
 def test_synthetic_sources(source: str, check: Any) -> None:
     name, reqs = load_generated(source)
+    assert name.startswith(source.split("shape=")[1].split(",")[0] + "-")
     t = np.array([r.arrival_s for r in reqs])
     assert t.max() < 1200
     per_min = np.bincount((t // 60).astype(int), minlength=20) / 60.0

@@ -18,7 +18,7 @@ DEFAULT_TRACES = (
     f"{_DATA}/traces/AzureLLMInferenceTrace_code.csv",
 )
 DEFAULT_PROFILE = f"{_DATA}/dynamo"
-DEFAULT_POLICIES = "static-peak,static-average,threshold,sla,load,combined"
+DEFAULT_POLICIES = "static-peak,static-average,threshold,easy,sla,load,sla+load,combined"
 
 
 def _csv(text: str) -> list[str]:
@@ -44,9 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--frontier",
         action="store_true",
-        help="sweep each policy's knob (static: fleet size; threshold: its thresholds; sla/load: a factor "
-        "on their TTFT/ITL targets; combined: target attainment) and report the GPU-hours each needs for "
-        "99 %% and 95 %% attainment",
+        help="sweep each policy's knob (static: fleet size; threshold/easy: its thresholds; sla/sla+load: "
+        "headroom on the forecast they size for, up to 10x; load: a factor on its TTFT/ITL targets; "
+        "combined: target attainment) and report the GPU-hours each needs for 99 %% and 95 %% attainment",
     )
     parser.add_argument(
         "--startup-sweep",

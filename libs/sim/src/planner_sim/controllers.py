@@ -9,6 +9,7 @@ the frontend's traffic per interval feeds the forecaster, ComponentSnapshots are
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import msgspec
 
@@ -27,7 +28,7 @@ from planner_core.policy import (
 from planner_core.policy.estimator import SnapshotEstimator
 from planner_core.regression import OnlineRegression, RegressionConfig
 from planner_proto.demand import DemandForecast
-from planner_proto.engine import Component
+from planner_proto.engine import Component, EngineCapabilities
 from planner_proto.load import WorkerLoad
 from planner_proto.state import ComponentSnapshot
 from planner_proto.traffic import LoadForecast, TrafficSample
@@ -35,6 +36,14 @@ from planner_sim.cluster import Cluster
 from planner_sim.workers import COMPONENTS, ClusterSettings, Worker, WorkerState
 
 NAMESPACE = "sim"
+
+
+class TrafficForecaster(Protocol):
+    """What the controller needs of a load forecaster (:class:`LoadForecaster`, or a reference one)."""
+
+    def observe(self, sample: TrafficSample) -> None: ...
+
+    def forecast(self, *, namespace: str, now_s: float) -> LoadForecast: ...
 
 
 class StaticController:
@@ -90,12 +99,23 @@ class PlannerController:
         forecast: ForecastConfig | None = None,
         reference_regression: bool = False,
         demand_scale: float = 1.0,
+        forecaster: TrafficForecaster | None = None,
+        state: PolicyState | None = None,
+        capacity_scale: float = 1.0,
     ) -> None:
         """``demand_scale``: the forecast's request count is multiplied by this before the policy sees it
-        (a headroom knob for the bench's frontier; 1 = the forecast as is)."""
+        (a headroom knob for the bench's frontier; 1 = the forecast as is). ``forecaster``: forecasts the
+        traffic instead of a :class:`LoadForecaster` of ``forecast`` (a reference planner's own predictor).
+        ``state``: the policy state to start from. ``capacity_scale``: the context length and KV cache
+        the engines report are multiplied by this (the threshold policies compare queue / context length
+        and KV tokens / KV cache to fixed levels, so this is those levels times the factor: the knob of
+        a threshold policy whose levels are not settings)."""
         if not (math.isfinite(demand_scale) and demand_scale > 0):
             raise ValueError(f"demand_scale: must be > 0, got {demand_scale}")
+        if not (math.isfinite(capacity_scale) and capacity_scale > 0):
+            raise ValueError(f"capacity_scale: must be > 0, got {capacity_scale}")
         self.demand_scale = demand_scale
+        self.capacity_scale = capacity_scale
         self.name = name
         self.cfg = cfg
         self.settings = settings
@@ -103,9 +123,15 @@ class PlannerController:
         self.capacity = capacity
         ours = cfg.sizes_for_demand
         self.traffic_interval_s = cfg.demand_interval_s if ours else cfg.throughput_interval_s
-        self.state = PolicyState()
+        self.state = state if state is not None else PolicyState()
         self.estimator = SnapshotEstimator()
-        self.forecaster = LoadForecaster(forecast) if forecast is not None else None
+        self.forecaster: TrafficForecaster | None = (
+            forecaster
+            if forecaster is not None
+            else LoadForecaster(forecast)
+            if forecast is not None
+            else None
+        )
         self.forecast: LoadForecast | None = None
         self.traffic: TrafficSample | None = None
         # the predictor service's demand forecaster, run in-process (the decider sizes for it)
@@ -159,11 +185,22 @@ class PlannerController:
             issued_at_s=now_s,
             workers=loads,
             model=reg.to_latency_model() if reg is not None else None,
-            capabilities=self.settings.capabilities(component),
+            capabilities=self._capabilities(component),
             avg_isl_tokens=avg.avg_isl_tokens if avg else None,
             avg_decode_length_tokens=avg.avg_decode_length_tokens if avg else None,
             avg_prefill_tokens_per_pass=avg.avg_prefill_tokens_per_pass if avg else None,
             avg_num_decode_requests=avg.avg_num_decode_requests if avg else None,
+        )
+
+    def _capabilities(self, component: str) -> EngineCapabilities:
+        caps = self.settings.capabilities(component)
+        if self.capacity_scale == 1.0:
+            return caps
+        f = self.capacity_scale
+        return msgspec.structs.replace(
+            caps,
+            context_length_tokens=max(1, round(caps.context_length_tokens * f)),
+            num_gpu_blocks=max(1, round(caps.num_gpu_blocks * f)),
         )
 
     def tick(self, now_s: float, cluster: Cluster) -> dict[str, int] | None:

@@ -6,8 +6,13 @@ Knobs (5-9 points each, the default among them where there is one):
   ``static-average``), up to past the oracle's peak fleet;
 - ``threshold``: a factor on its four thresholds (KV up/down, prefill queue up/down; below 1 scales up
   sooner and down later);
+- ``easy`` (the reference's default mode): a factor on its four fixed levels (queue / context length up
+  at 1.0, down under 0.1; KV use up over 1.0, down under 0.6);
 - ``sla`` (the reference's throughput mode): headroom, a factor on the forecast request count it sizes
-  for (a factor on its targets does not move it: measured on Azure conv, 0.25-1.5 all gave 91.6 %);
+  for (a factor on its targets does not move it: measured on Azure conv, 0.25-1.5 all gave 91.6 %), up
+  to 10x;
+- ``sla+load`` (both reference modes): the same headroom on the throughput floor; the load mode above it
+  keeps the SLA's targets;
 - ``load`` (the reference's load mode): a factor on the TTFT and ITL targets it is given (below 1 it
   aims under the SLA, i.e. holds headroom); the SLA it is judged on does not move;
 - ``combined`` (Planner's own policy, and ``combined[MODEL]``): ``PolicyConfig.target_attainment``.
@@ -27,7 +32,9 @@ from dataclasses import dataclass
 KNOBS: dict[str, tuple[str, tuple[float, ...]]] = {
     "static": ("fleet x average need", (0.6, 0.7, 0.8, 1.0, 1.2, 1.4, 1.7, 2.0, 2.5)),
     "threshold": ("threshold factor", (0.2, 0.35, 0.5, 0.7, 1.0)),
-    "sla": ("forecast headroom", (1.0, 1.2, 1.4, 1.7, 2.0, 2.5)),
+    "easy": ("threshold factor", (0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0)),
+    "sla": ("forecast headroom", (1.0, 1.25, 1.6, 2.0, 2.5, 3.5, 5.0, 7.0, 10.0)),
+    "sla+load": ("floor headroom", (1.0, 1.25, 1.6, 2.0, 3.0, 5.0, 10.0)),
     "load": ("SLA target factor", (0.25, 0.4, 0.6, 0.8, 1.0, 1.5)),
     "combined": ("target attainment", (0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999)),
 }

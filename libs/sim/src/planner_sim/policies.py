@@ -4,8 +4,14 @@
   time-averaged need;
 - ``threshold``: the reference planner's original threshold rules (KV utilisation and prefill-queue
   thresholds, ``original_kv_queue``), reference behaviour;
-- ``sla``: the reference SLA planner, throughput mode with ARIMA, reference behaviour;
+- ``easy``: the reference planner's default mode today (``optimization_target: throughput``, its
+  "easy" mode: static thresholds on each engine's queue / context length and KV cache use, +1 when any
+  engine crosses, -1 when all are below, every load interval), reference behaviour;
+- ``sla``: the reference SLA planner, throughput mode with its own ARIMA predictor
+  (:class:`planner_core.forecast.arima.ReferenceLoadPredictor`), reference behaviour;
 - ``load``: the reference load mode, reference regression (OLS, cold starts fitted);
+- ``sla+load``: both reference modes, as the reference recommends for bursty traffic: the throughput
+  mode (with its ARIMA) sets a floor every throughput interval, the load mode scales above it;
 - ``combined``: Planner's own policy (predictive floor + load above it, stabilisation, startup-aware), with the
   ``auto`` forecaster; ``combined[MODEL]`` uses forecaster MODEL instead;
 - ``static`` (frontier sweeps only): a fixed fleet of ``knob`` x the oracle's average need.
@@ -22,13 +28,41 @@ import re
 from dataclasses import dataclass, replace
 
 from planner_core.forecast import MODEL_NAMES, ForecastConfig
-from planner_core.policy import CapacityModel, PolicyConfig, PolicyKind, ThresholdVariant, validate_config
+from planner_core.forecast.arima import ReferenceLoadPredictor
+from planner_core.policy import (
+    CapacityModel,
+    PolicyConfig,
+    PolicyKind,
+    PolicyState,
+    ThresholdVariant,
+    validate_config,
+)
 from planner_sim.controllers import PlannerController, StaticController
 from planner_sim.oracle import OracleResult
 from planner_sim.simulator import Controller
 from planner_sim.workers import ClusterSettings
 
-BASE_POLICIES = ("static-peak", "static-average", "threshold", "sla", "load", "combined")
+BASE_POLICIES = ("static-peak", "static-average", "threshold", "easy", "sla", "load", "sla+load", "combined")
+
+REFERENCE_RELEASES: dict[str, str] = {
+    "threshold": "Dynamo 0.3",
+    "easy": "Dynamo 1.0-1.7",
+    "sla": "Dynamo 1.0",
+    "load": "Dynamo 1.0",
+    "sla+load": "Dynamo 1.0",
+}
+"""The NVIDIA Dynamo release whose planner each reference policy follows (docs/operations/benchmarks.md
+says what each takes from it): ``threshold`` its 2025 load-based planner (0.3); ``easy`` its default
+mode since 1.0 (unchanged to 1.7); ``sla``, ``load`` and ``sla+load`` its ``sla`` target of 1.0
+(profile interpolation with correction factors, FPM regression; the ARIMA predictor is the same
+procedure to 1.7)."""
+
+
+def reference_release(policy: str) -> str | None:
+    """The Dynamo release a reference policy follows; None for ours and the static fleets."""
+    return REFERENCE_RELEASES.get(policy)
+
+
 _VARIANT = re.compile(r"^combined\[([a-z_]+)\]$")
 
 
@@ -111,17 +145,33 @@ def make_controller(name: str, ctx: PolicyContext, knob: float | None = None) ->
             prefill_queue_down=base.prefill_queue_down * f,
         )
         return PlannerController(name, validate_config(cfg), ctx.settings, start)
-    if name == "sla":
-        cfg = replace(base, policy=PolicyKind.THROUGHPUT, reference_compat=True)
+    if name == "easy":
+        # its thresholds are constants, not settings: the knob scales the capacities they divide
+        cfg = replace(
+            base,
+            policy=PolicyKind.THRESHOLD,
+            threshold_variant=ThresholdVariant.SIMPLE_THROUGHPUT,
+            reference_compat=True,
+            threshold_interval_s=base.load_interval_s,
+        )
+        return PlannerController(
+            name, validate_config(cfg), ctx.settings, start, capacity_scale=1.0 if knob is None else knob
+        )
+    if name in ("sla", "sla+load"):
+        kind = PolicyKind.THROUGHPUT if name == "sla" else PolicyKind.COMBINED
+        cfg = replace(base, policy=kind, reference_compat=True, predictive=False)
+        # with both modes the reference's throughput floor is 1 per component until its first estimate
+        state = PolicyState(throughput_floor={"prefill": 1, "decode": 1}) if name == "sla+load" else None
         return PlannerController(
             name,
             validate_config(cfg),
             ctx.settings,
             start,
             capacity=ctx.capacity,
-            forecast=ForecastConfig(model="arima", interval_s=interval),
+            forecaster=ReferenceLoadPredictor(interval),
             reference_regression=True,
             demand_scale=1.0 if knob is None else knob,
+            state=state,
         )
     if name == "load":
         cfg = replace(base, policy=PolicyKind.LOAD, reference_compat=True)

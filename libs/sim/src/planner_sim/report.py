@@ -19,6 +19,7 @@ import numpy as np
 
 from planner_sim.bench import CLAIRVOYANT, BenchConfig, PolicyRun, TracePrep
 from planner_sim.frontier import KNOBS, Point, envelope, family, gpu_hours_at, max_attainment
+from planner_sim.policies import reference_release
 
 
 def _num(x: float | None, digits: int = 1) -> float | None:
@@ -85,6 +86,7 @@ def to_json(cfg: BenchConfig, preps: Sequence[TracePrep], runs: Sequence[PolicyR
             rows.append(
                 {
                     "policy": r.policy,
+                    "reference": reference_release(r.policy),
                     "knob": r.knob,
                     "knob_name": KNOBS[family(r.policy)][0],
                     "sla_attainment_pct": _num(s.sla_attainment_pct, 2),
@@ -171,12 +173,13 @@ def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun], frontier:
             f"(startup {p.clairvoyant.startup_s:g} s)"
             + (f"; first {p.warmup_s:g} s run, not scored" if p.warmup_s > 0 else "")
         )
-        cols = ["policy", "knob", "SLA %", "TTFT p50", "TTFT p99", "ITL p99", "GPU-h", "x clairv."]
+        cols = ["policy", "follows", "knob", "SLA %", "TTFT p50", "TTFT p99", "ITL p99", "GPU-h", "x clairv."]
         cols += ["GPU-h @99%", "x clairv. @99%", "GPU-h @95%", "best SLA %", "actions"]
         for col in cols:
             t.add_column(col, justify="left" if col == "policy" else "right")
         t.add_row(
             "oracle (instant)",
+            "",
             "",
             "",
             "",
@@ -188,6 +191,7 @@ def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun], frontier:
         if crun is not None:
             t.add_row(
                 "clairvoyant (pays startup)",
+                "",
                 "",
                 f"{crun.summary.sla_attainment_pct:.1f}",
                 f"{crun.summary.ttft_p50_ms:.0f}",
@@ -203,6 +207,7 @@ def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun], frontier:
             best = row.max_attainment()
             t.add_row(
                 r.policy,
+                reference_release(r.policy) or ("ours" if family(r.policy) == "combined" else ""),
                 _fmt(r.knob, "g"),
                 f"{s.sla_attainment_pct:.1f}",
                 f"{s.ttft_p50_ms:.0f}",
@@ -218,6 +223,7 @@ def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun], frontier:
             )
         console.print(t)
     console.print(
+        "follows: the NVIDIA Dynamo release whose planner a reference policy reproduces; "
         "latencies in ms; SLA % = feasible requests meeting both TTFT and ITL targets; x clairv. = GPU-hours "
         "/ the clairvoyant oracle's; @99% / @95%: GPU-hours to reach that attainment"
         + (

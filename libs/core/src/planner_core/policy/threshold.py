@@ -59,6 +59,23 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs)
 
 
+def _simple_move(
+    snap: ComponentSnapshot | None, cur: int, delta: int, cfg: PolicyConfig, why: dict[str, float]
+) -> ComponentResult:
+    """A simple-threshold step. In reference_compat it is taken from the engines that report (the
+    reference's ready count: a repeated +1 while a worker starts asks for the same count again, not one
+    more), and it never goes below 1 engine."""
+    if not cfg.reference_compat:
+        return _move(cur, delta, why)
+    n = len(_workers(snap))
+    why = {**why, "engines": float(n)}
+    if delta > 0:
+        return ComponentResult(target=n + 1, reason=Reason.SCALE_UP, diagnostics=why)
+    if delta < 0 and n > 1:
+        return ComponentResult(target=n - 1, reason=Reason.SCALE_DOWN, diagnostics=why)
+    return ComponentResult(target=cur, reason=Reason.NO_CHANGE, diagnostics=why)
+
+
 def _move(cur: int, delta: int, why: dict[str, float]) -> ComponentResult:
     if delta > 0:
         return ComponentResult(target=cur + 1, reason=Reason.SCALE_UP, diagnostics=why)
@@ -89,7 +106,7 @@ def threshold_policy(
                 up_t, down_t = _SIMPLE_PREFILL[cfg.threshold_variant]
                 q = max(ratios)
                 delta = 1 if q >= up_t else -1 if all(r < down_t or r == down_t == 0.0 for r in ratios) else 0
-                results[comp] = _move(cur, delta, {"queue_ratio_max": q})
+                results[comp] = _simple_move(snap, cur, delta, cfg, {"queue_ratio_max": q})
                 continue
             q = _mean(ratios)
             why = {"queue_ratio": q}
@@ -126,7 +143,7 @@ def threshold_policy(
                 up_t, down_t = _SIMPLE_DECODE[cfg.threshold_variant]
                 u = max(ratios)
                 delta = 1 if u > up_t else -1 if all(r < down_t for r in ratios) else 0
-                results[comp] = _move(cur, delta, {"kv_ratio_max": u})
+                results[comp] = _simple_move(snap, cur, delta, cfg, {"kv_ratio_max": u})
                 continue
             u = _mean(ratios)
             why = {"kv_utilisation": u}
