@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,27 @@ def test_subjects() -> None:
 def test_bad_namespace_rejected(ns: str) -> None:
     with pytest.raises(ValueError, match="namespace"):
         Subjects(ns=ns)
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        "planner_core.policy.config",
+        "planner_runtime.settings",
+        "planner_runtime.actuation.settings",
+        "planner_predictor.settings",
+        "planner_decider.settings",
+        "planner_actuator_circus.settings",
+        "planner_actuator_k8s.settings",
+    ],
+)
+def test_schema_does_not_depend_on_what_was_imported_first(first: str) -> None:
+    """typing caches ``Annotated[float, Meta(gt=0)]`` and ``Annotated[float, Meta(gt=0.0)]`` as one
+    (the metas are equal): a module imported before the messages must not change their schema."""
+    code = (
+        f"import {first}, sys\n"
+        "from pathlib import Path\n"
+        "from planner_cli.commands.schema import stale_files\n"
+        f"sys.exit(1 if stale_files(Path({str(SCHEMA_DIR)!r})) else 0)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

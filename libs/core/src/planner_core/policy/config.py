@@ -52,9 +52,12 @@ class ThresholdVariant(enum.StrEnum):
         return None if new is None else cls(new)
 
 
-Positive = Annotated[float, Meta(gt=0)]
-NonNegative = Annotated[float, Meta(ge=0)]
-Share = Annotated[float, Meta(gt=0, le=1)]
+# float bounds written as floats: typing caches ``Annotated`` by equality (``Meta(gt=0) == Meta(gt=0.0)``),
+# so an int bound here would become the wire messages' float bound if imported first (their JSON Schema
+# would say ``0`` for ``0.0``)
+Positive = Annotated[float, Meta(gt=0.0)]
+NonNegative = Annotated[float, Meta(ge=0.0)]
+Share = Annotated[float, Meta(gt=0.0, le=1.0)]
 """A share in (0, 1]."""
 AtLeastOne = Annotated[int, Meta(ge=1)]
 Count = Annotated[int, Meta(ge=0)]
@@ -107,11 +110,11 @@ class PolicyConfig:
     latencies (false: trust the profile as it is)."""
     correction_min: Share = 0.1
     """Bounds for observed correction factors (not in the reference planner; ignored in reference_compat)."""
-    correction_max: Annotated[float, Meta(ge=1)] = 10.0
+    correction_max: Annotated[float, Meta(ge=1.0)] = 10.0
     """Upper bound for observed correction factors (see ``correction_min``)."""
     correction_smoothing: Share = 0.5
     """Weight of a new observation in the correction factors' moving average (1 = no smoothing)."""
-    correction_max_step: Annotated[float, Meta(ge=1)] = 1.5
+    correction_max_step: Annotated[float, Meta(ge=1.0)] = 1.5
     """A correction factor moves by at most this ratio per throughput interval."""
     prefill_max_utilisation: Share = 0.6
     """Size prefill so the forecast load uses at most this share of the profiled throughput.
@@ -133,7 +136,7 @@ class PolicyConfig:
     demand_interval_s: Positive = 30.0
     """Traffic sample interval the simulator's frontend uses for the predictive floor (the
     decider takes the samples as the frontend publishes them)."""
-    target_attainment: Annotated[float, Meta(gt=0, lt=1)] = 0.99
+    target_attainment: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.99
     """Combined policy: the share of requests that should meet both targets. The predictive floor
     picks, per component, the fewest replicas whose predicted attainment over the startup horizon
     reaches this (the policy's aggressiveness knob: lower is cheaper and riskier)."""
