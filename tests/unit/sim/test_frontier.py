@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from planner_sim.frontier import KNOBS, Point, envelope, frontier_policies, gpu_hours_at, max_attainment
+from planner_sim.frontier import (
+    KNOBS,
+    MORE_IS_UP,
+    Point,
+    calibration,
+    envelope,
+    frontier_policies,
+    gpu_hours_at,
+    max_attainment,
+    reversals,
+)
 
 
 def pts(*xy: tuple[float, float]) -> list[Point]:
@@ -83,3 +93,31 @@ def test_sla_headroom_knob_scales_the_forecast() -> None:
     assert forecast(1.7) == pytest.approx(1.7 * base)
     with pytest.raises(ValueError, match="demand_scale"):
         forecast(0.0)
+
+
+def test_calibration_is_achieved_minus_target_for_attainment_knobs_only() -> None:
+    points = [Point(6.0, 99.6, 0.99), Point(5.0, 93.0, 0.95), Point(4.0, 70.0, None)]
+    assert calibration("combined", points) == [(0.95, pytest.approx(-2.0)), (0.99, pytest.approx(0.6))]
+    assert calibration("combined[kalman]", points)[1] == (0.99, pytest.approx(0.6))
+    assert calibration("sla", [Point(6.0, 99.6, 2.0)]) == []
+
+
+@pytest.mark.parametrize(
+    ("policy", "points", "expected"),
+    [
+        # the recorded pile-up: a lower target costing more GPU-hours is a reversal
+        ("combined", [Point(14.85, 88.0, 0.8), Point(12.97, 92.0, 0.9), Point(10.57, 99.2, 0.99)], 2),
+        ("combined", [Point(9.0, 88.0, 0.8), Point(10.0, 92.0, 0.9), Point(10.57, 99.2, 0.99)], 0),
+        # within the tolerance of one run's noise: not a reversal
+        ("combined", [Point(10.05, 95.0, 0.95), Point(10.0, 99.0, 0.99)], 0),
+        # a factor knob asks for more as it falls: a lower factor costing less is the reversal
+        ("easy", [Point(12.0, 99.0, 0.1), Point(10.0, 95.0, 0.5), Point(11.0, 90.0, 1.0)], 1),
+        ("easy", [Point(12.0, 99.0, 0.1), Point(10.0, 95.0, 0.5), Point(9.0, 90.0, 1.0)], 0),
+    ],
+)
+def test_reversals_find_where_asking_more_costs_less(policy: str, points: list[Point], expected: int) -> None:
+    assert len(reversals(policy, points)) == expected
+
+
+def test_every_knob_family_says_which_way_asks_for_more() -> None:
+    assert set(MORE_IS_UP) == set(KNOBS)

@@ -17,6 +17,11 @@ Knobs (5-9 points each, the default among them where there is one):
   aims under the SLA, i.e. holds headroom); the SLA it is judged on does not move;
 - ``combined`` (Planner's own policy, and ``combined[MODEL]``): ``PolicyConfig.target_attainment``.
 
+Two measures say whether a knob means what it says. :func:`calibration` (``combined`` only, whose knob is
+an attainment target): achieved attainment minus the target at each point, in points of percent;
+:func:`reversals`: adjacent knob values where asking for more (attainment, fleet, headroom; or, for the
+factor knobs, a lower factor) costs fewer GPU-hours.
+
 A frontier is the set of (GPU-hours, attainment) points. :func:`gpu_hours_at` reads the GPU-hours
 needed for an attainment off it: the cheapest point that reaches it, or the linear interpolation between
 the dearest point below it and the cheapest point reaching it on the upper envelope (points sorted by
@@ -25,6 +30,7 @@ GPU-hours, each kept only if it beats every cheaper one). ``None`` when no point
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +45,22 @@ KNOBS: dict[str, tuple[str, tuple[float, ...]]] = {
     "combined": ("target attainment", (0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999)),
 }
 """Per policy family: the knob's name and its sweep."""
+
+MORE_IS_UP: dict[str, bool] = {
+    "static": True,
+    "threshold": False,
+    "easy": False,
+    "sla": True,
+    "sla+load": True,
+    "load": False,
+    "combined": True,
+}
+"""Per policy family: whether a larger knob asks for more capacity (a larger fleet, more headroom, a
+higher target); the factor knobs ask for more the lower they are."""
+
+REVERSAL_TOLERANCE = 0.01
+"""A share of GPU-hours by which a point asking for more may cost less and still not count as a
+reversal (the noise of one run's scale-down timing)."""
 
 
 def family(policy: str) -> str:
@@ -93,3 +115,26 @@ def gpu_hours_at(points: Sequence[Point], target_pct: float) -> float | None:
 
 def max_attainment(points: Sequence[Point]) -> float:
     return max((p.attainment_pct for p in points if math.isfinite(p.attainment_pct)), default=math.nan)
+
+
+def calibration(policy: str, points: Sequence[Point]) -> list[tuple[float, float]]:
+    """(target, achieved attainment % minus the target %) per point of an attainment-target knob,
+    sorted by target; empty for other knobs and points without a knob."""
+    if family(policy) != "combined":
+        return []
+    return sorted(
+        (p.knob, p.attainment_pct - 100.0 * p.knob)
+        for p in points
+        if p.knob is not None and math.isfinite(p.attainment_pct)
+    )
+
+
+def reversals(policy: str, points: Sequence[Point]) -> list[tuple[Point, Point]]:
+    """Adjacent points (less asked, more asked) where asking for more cost fewer GPU-hours, by more
+    than :data:`REVERSAL_TOLERANCE`: the knob is not monotone there."""
+    sign = 1.0 if MORE_IS_UP.get(family(policy), True) else -1.0
+    knobbed = [(sign * p.knob, p) for p in points if p.knob is not None]
+    pts = [p for _, p in sorted(knobbed, key=lambda kp: kp[0])]
+    return [
+        (a, b) for a, b in itertools.pairwise(pts) if b.gpu_hours < a.gpu_hours * (1.0 - REVERSAL_TOLERANCE)
+    ]

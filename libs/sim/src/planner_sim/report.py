@@ -18,7 +18,16 @@ from typing import Any
 import numpy as np
 
 from planner_sim.bench import CLAIRVOYANT, BenchConfig, PolicyRun, TracePrep
-from planner_sim.frontier import KNOBS, Point, envelope, family, gpu_hours_at, max_attainment
+from planner_sim.frontier import (
+    KNOBS,
+    Point,
+    calibration,
+    envelope,
+    family,
+    gpu_hours_at,
+    max_attainment,
+    reversals,
+)
 from planner_sim.policies import reference_release
 
 
@@ -45,6 +54,18 @@ class PolicyRow:
 
     def at(self, pct: float) -> float | None:
         return gpu_hours_at(self.frontier(), pct)
+
+    def calibration(self) -> list[tuple[float, float]]:
+        """Achieved minus target attainment (points of %) per target, the default run's included."""
+        default = _default_knob(self.policy)
+        pts = [
+            Point(p.gpu_hours, p.attainment_pct, default if p.knob is None else p.knob)
+            for p in self.frontier()
+        ]
+        return calibration(self.policy, pts)
+
+    def reversals(self) -> list[tuple[Point, Point]]:
+        return reversals(self.policy, self.frontier())
 
     def max_attainment(self) -> float:
         return max_attainment(self.frontier())
@@ -107,6 +128,19 @@ def to_json(cfg: BenchConfig, preps: Sequence[TracePrep], runs: Sequence[PolicyR
                     "ratio_at_95_pct_to_clairvoyant": _num(_ratio(at95, clv), 3),
                     "max_attainment_pct": _num(row.max_attainment(), 2),
                     "infeasible_requests": s.infeasible_requests,
+                    "calibration": [
+                        {"target": k, "achieved_minus_target_pts": _num(d, 2)} for k, d in row.calibration()
+                    ],
+                    "monotone_in_knob": not row.reversals(),
+                    "knob_reversals": [
+                        {
+                            "knob": a.knob,
+                            "gpu_hours": _num(a.gpu_hours, 3),
+                            "knob_asking_more": b.knob,
+                            "gpu_hours_asking_more": _num(b.gpu_hours, 3),
+                        }
+                        for a, b in row.reversals()
+                    ],
                     "frontier": [
                         {
                             "knob": q.knob,
@@ -222,6 +256,18 @@ def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun], frontier:
                 str(r.actions),
             )
         console.print(t)
+        for row in policy_rows(p.name, runs):
+            cal = row.calibration()
+            if len(cal) > 1 or (cal and frontier):
+                console.print(
+                    f"{row.policy} calibration (achieved - target, points): "
+                    + ", ".join(f"{k:g}: {d:+.2f}" for k, d in cal)
+                )
+            for a, b in row.reversals():
+                console.print(
+                    f"{row.policy}: not monotone: knob {b.knob:g} costs {b.gpu_hours:.2f} GPU-h, "
+                    f"less than {a.knob:g} at {a.gpu_hours:.2f}"
+                )
     console.print(
         "follows: the NVIDIA Dynamo release whose planner a reference policy reproduces; "
         "latencies in ms; SLA % = feasible requests meeting both TTFT and ITL targets; x clairv. = GPU-hours "
