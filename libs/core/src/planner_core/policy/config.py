@@ -146,6 +146,13 @@ class PolicyConfig:
     (0.5 at 0.97: sized for 0.985). A fleet's first minutes decide a run's attainment (their misses
     cannot be made up later) and their spread is a guess; the measured spread then sizes at the
     target itself. 1 turns it off."""
+    calibrate_spread: bool = True
+    """Combined policy: narrow the forecast spread the floor sizes for while its floors covered more
+    of the demand that came than ``target_attainment`` asks, and widen it back (up to the measured
+    spread) as soon as they fall short (:mod:`planner_core.policy.calibration`)."""
+    spread_memory_samples: AtLeastOne = 60
+    """Traffic samples the spread's calibration remembers: fully covered samples of average demand
+    narrow it by 1/this each (about the per-step forecast errors' own memory)."""
     arrival_variability: Positive = 2.0
     """c_a^2 + c_s^2 of prefill arrivals and service in the queueing tail (2 = Poisson arrivals,
     exponential service); burstier traffic needs more, and the predictive floor more engines."""

@@ -33,6 +33,7 @@ import msgspec
 
 from planner_core.forecast.demand import lead_samples
 from planner_core.policy.attainment import fewest_replicas, pooled_capacity
+from planner_core.policy.calibration import SpreadCalibration, coverage, demand_of, record, scaled, settle
 from planner_core.policy.config import PolicyConfig
 from planner_core.policy.queueing import max_prefill_utilisation
 from planner_core.policy.types import (
@@ -75,6 +76,8 @@ def predictive_floor(
     out: dict[str, ComponentResult] = {}
     comps = set(inputs.replicas)
     pre, dec = demand.component(PREFILL), demand.component(DECODE)
+    cals = _settled(inputs, st, cfg)
+    capacity: dict[str, Callable[[int], float]] = {}
 
     if PREFILL in comps and pre is not None:
         service_ms = _prefill_service_ms(inputs, isl)
@@ -84,7 +87,11 @@ def predictive_floor(
         per = prefill_rate_per_replica(service_ms, isl) * util
         pre_extra: Diagnostics = {"service_ms": service_ms, "utilisation_cap": util}
         pre_cfg = _cold(cfg, pre)
-        out[PREFILL] = _over_horizon(lambda j: _sized(pre.steps[j - 1], per, pre_cfg, pre_extra), lead)
+        pre_scale = _scale(cals, PREFILL)
+        out[PREFILL] = _over_horizon(
+            lambda j: _sized(pre.steps[j - 1], per, pre_cfg, pre_extra, scale=pre_scale), lead
+        )
+        capacity[PREFILL] = _offered(per, 0.0)
     engine_thpt: float | None = None
     itl_target = cfg.itl_target_ms / decode_correction if decode_correction > 0 else cfg.itl_target_ms
     if DECODE in comps and inputs.capacity is not None:
@@ -105,7 +112,11 @@ def predictive_floor(
             "learned_rate": float(inputs.capacity is None),
         }
         dec_cfg = _cold(cfg, dec)
-        out[DECODE] = _over_horizon(lambda j: _sized(dec.steps[j - 1], per, dec_cfg, dec_extra, pooled), lead)
+        dec_scale = _scale(cals, DECODE)
+        out[DECODE] = _over_horizon(
+            lambda j: _sized(dec.steps[j - 1], per, dec_cfg, dec_extra, pooled, scale=dec_scale), lead
+        )
+        capacity[DECODE] = _offered(per, pooled)
     for c, cd in ((PREFILL, pre), (DECODE, dec)):
         r = out.get(c)
         if r is None or r.target is None or cd is None or _measured(cd):
@@ -116,6 +127,17 @@ def predictive_floor(
         if held > r.target:
             out[c] = replace(r, target=held, diagnostics={**r.diagnostics, "warming_hold": 1.0})
     floor = {c: r.target for c, r in out.items() if r.target is not None}
+    if cfg.calibrate_spread:
+        for c, cd in ((PREFILL, pre), (DECODE, dec)):
+            n, offered = floor.get(c), capacity.get(c)
+            if n is None or offered is None or cd is None:
+                continue
+            cals[c] = record(cals.get(c, SpreadCalibration()), cd.steps, offered(n))
+            covered = coverage(cals[c])
+            extra = {"spread_scale": cals[c].scale}
+            if covered is not None:
+                extra["floor_coverage"] = covered
+            out[c] = replace(out[c], diagnostics={**out[c].diagnostics, **extra})
     if not st.start:
         st = replace(st, start={c: r.desired for c, r in inputs.replicas.items()})
     diag["predictive.lead_samples"] = float(lead)
@@ -124,7 +146,30 @@ def predictive_floor(
         diag["predictive.seasonal"] = float(pre.steps[-1].forecaster == "seasonal")
         diag["predictive.fast_trend"] = float(pre.trend == "fast")
     onoff = {str(cd.component): cd.intermittent for cd in demand.components}
-    return out, replace(st, floor=floor, intermittent=onoff), diag
+    return out, replace(st, floor=floor, intermittent=onoff, calibration=cals), diag
+
+
+def _settled(inputs: DecisionInputs, st: PredictiveState, cfg: PolicyConfig) -> dict[str, SpreadCalibration]:
+    """Each component's calibration with the latest traffic sample settled in."""
+    cals = dict(st.calibration)
+    sample = inputs.traffic
+    if not cfg.calibrate_spread or sample is None:
+        return cals
+    per_request = {PREFILL: sample.mean_isl_tokens, DECODE: sample.mean_osl_tokens}
+    for c, cal in cals.items():
+        d = demand_of(sample, per_request.get(c))
+        cals[c] = settle(cal, sample, d, cfg.target_attainment, cfg.spread_memory_samples)
+    return cals
+
+
+def _offered(per_replica: float, pooled_headroom: float) -> Callable[[int], float]:
+    """Units/s ``n`` replicas serve (what a floor of ``n`` offers the demand)."""
+    return lambda n: per_replica * pooled_capacity(n, pooled_headroom)
+
+
+def _scale(cals: dict[str, SpreadCalibration], component: str) -> float:
+    cal = cals.get(component)
+    return 1.0 if cal is None else cal.scale
 
 
 def _measured(demand: ComponentDemand) -> bool:
@@ -225,8 +270,10 @@ def _sized(
     cfg: PolicyConfig,
     extra: Diagnostics,
     pooled_headroom: float = 0.0,
+    *,
+    scale: float = 1.0,
 ) -> ComponentResult:
-    fc, demands = step.forecast, step.scenarios
+    fc, demands = step.forecast, scaled(step, scale)
     if per_replica <= 0 or not math.isfinite(per_replica):
         return ComponentResult(target=None, reason=Reason.INSUFFICIENT_DATA, diagnostics=extra)
     hi = 1024 if cfg.max_replicas < 0 else cfg.max_replicas

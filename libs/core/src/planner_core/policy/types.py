@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
+from planner_core.policy.calibration import SpreadCalibration
 from planner_proto.decision import ComponentReplicas, Reason
 from planner_proto.demand import DemandForecast
 from planner_proto.state import ComponentSnapshot
@@ -114,6 +115,8 @@ class PredictiveState:
     """The fleet (desired replicas per component) when the floor first sized it."""
     intermittent: dict[str, bool] = field(default_factory=dict)
     """Per component, whether the latest demand forecast saw on-off traffic (holds a floor longer)."""
+    calibration: dict[str, SpreadCalibration] = field(default_factory=dict)
+    """Per component, the scale on the forecast spread its floors cover (:mod:`.calibration`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,120 @@
+"""Ours: the floor's spread calibrated on what its floors actually covered, so the target attainment
+means what it says.
+
+The predictive floor sizes for the demand forecast's scenarios (the forecast plus each measured error).
+That spread is a model: mirrored errors, a prior before they are measured, errors in units of a slow
+level that lags a ramp, replicas rounded up. Whatever it gets wrong, the traffic tells: each floor
+offered a capacity for the sample at its lead, and that sample's demand then came. This keeps a scale
+``s`` in [0, 1] on the spread (scenarios ``forecast + s x (scenario - forecast)``), adapted as adaptive
+conformal inference adapts its level (Gibbs and Candes, 2021): at each settled sample with demand ``D``
+the floor's capacity ``C`` left ``miss = max(D - C, 0)`` unserved, and
+
+    s <- clip(s + gamma x (miss - (1 - target) x D) / unit, 0, 1),  gamma = 1 / (memory x (1 - target))
+
+where ``unit`` is the larger of the demand's moving average over ``memory`` samples and the sample's
+own (a ramp's average lags it: a busy sample counts as much as an average one, a quiet one less).
+Floors that cover everything narrow the spread by at most ``1 / memory`` per sample; a sample whose
+shortfall exceeds the target's share widens it at once, in proportion. Unclipped, the long-run demand-weighted shortfall of
+the floors converges to ``1 - target`` whatever the traffic; the clip at 1 keeps the measured spread
+as the most the floor sizes for (a shortfall the measured errors did not cover is a step no spread
+foresaw: the load policy answers it), so calibration only ever removes capacity the target does not
+need, and gives it back as soon as the floors fall short.
+
+Pure: the samples come in with the decision inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from planner_proto.demand import DemandStep
+from planner_proto.traffic import TrafficSample
+
+MAX_PENDING = 64
+"""Floors kept waiting for their sample (more than any lead; without traffic samples the oldest go)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpreadCalibration:
+    """One component's calibration: the scale on its forecast spread and the floors not yet settled."""
+
+    scale: float = 1.0
+    """Share of the forecast's spread the floor sizes for (1: all of it)."""
+    level: float | None = None
+    """Moving average of the settled samples' demand (units/s): the unit of the update."""
+    pending: tuple[tuple[float, float], ...] = ()
+    """(start of the sample it is for, capacity in units/s) of each floor not yet settled, oldest first."""
+    recorded_for_s: float | None = None
+    """The sample the latest recorded floor is for (one floor per forecast)."""
+    settled_s: float | None = None
+    """Start of the latest traffic sample settled."""
+    served: float = 0.0
+    demand: float = 0.0
+    """Demand the settled floors covered, and all of it, decayed over ``memory`` samples (diagnostics:
+    their ratio is the floors' realised coverage)."""
+
+
+def scaled(step: DemandStep, scale: float) -> list[float]:
+    """The step's scenarios with their spread around its forecast scaled by ``scale``."""
+    if scale >= 1.0:
+        return list(step.scenarios)
+    fc = step.forecast
+    return [max(fc + scale * (d - fc), 0.0) for d in step.scenarios]
+
+
+def demand_of(sample: TrafficSample, per_request_tokens: float | None) -> float | None:
+    """The sample's demand in units/s (``per_request_tokens`` per request), None if it says nothing."""
+    if per_request_tokens is None or not math.isfinite(per_request_tokens) or sample.interval_s <= 0:
+        return None
+    n = sample.num_requests
+    if not math.isfinite(n) or n < 0:
+        return None
+    return n * max(per_request_tokens, 0.0) / sample.interval_s
+
+
+def settle(
+    cal: SpreadCalibration, sample: TrafficSample, demand: float | None, target: float, memory: int
+) -> SpreadCalibration:
+    """Settle the floor recorded for ``sample`` (with its ``demand``) and adapt the scale; floors for
+    samples that never came are dropped. A sample already settled changes nothing."""
+    start = sample.start_s
+    if cal.settled_s is not None and start <= cal.settled_s:
+        return cal
+    tol = sample.interval_s / 2
+    due = [p for p in cal.pending if p[0] <= start + tol]
+    left = tuple(p for p in cal.pending if p[0] > start + tol)
+    cal = replace(cal, pending=left, settled_s=start)
+    mine = [c for s, c in due if abs(s - start) <= tol]
+    if demand is None or not mine or memory < 1:
+        return cal
+    capacity = mine[-1]
+    a = 1.0 / memory
+    level = demand if cal.level is None else cal.level + a * (demand - cal.level)
+    miss = max(demand - capacity, 0.0)
+    served = (1 - a) * cal.served + (demand - miss)
+    total = (1 - a) * cal.demand + demand
+    cal = replace(cal, level=level, served=served, demand=total)
+    unit = max(level, demand)
+    if target >= 1.0 or unit <= 0.0:
+        return cal
+    gamma = 1.0 / (memory * (1.0 - target))
+    scale = cal.scale + gamma * (miss - (1.0 - target) * demand) / unit
+    return replace(cal, scale=min(max(scale, 0.0), 1.0))
+
+
+def record(cal: SpreadCalibration, steps: Sequence[DemandStep], capacity: float) -> SpreadCalibration:
+    """Remember the capacity a floor offers for the forecast's last step (the lead), once per forecast."""
+    if not steps or not math.isfinite(capacity):
+        return cal
+    for_s = steps[-1].for_start_s
+    if cal.recorded_for_s is not None and for_s <= cal.recorded_for_s:
+        return cal
+    pending = (*cal.pending, (for_s, max(capacity, 0.0)))[-MAX_PENDING:]
+    return replace(cal, pending=pending, recorded_for_s=for_s)
+
+
+def coverage(cal: SpreadCalibration) -> float | None:
+    """Share of the settled demand the floors covered (decayed), None before any."""
+    return cal.served / cal.demand if cal.demand > 0 else None
