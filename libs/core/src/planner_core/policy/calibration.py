@@ -5,20 +5,21 @@ The predictive floor sizes for the demand forecast's scenarios (the forecast plu
 That spread is a model: mirrored errors, a prior before they are measured, errors in units of a slow
 level that lags a ramp, replicas rounded up. Whatever it gets wrong, the traffic tells: each floor
 offered a capacity for the sample at its lead, and that sample's demand then came. This keeps a scale
-``s`` in [0, 1] on the spread (scenarios ``forecast + s x (scenario - forecast)``), adapted as adaptive
-conformal inference adapts its level (Gibbs and Candes, 2021): at each settled sample with demand ``D``
-the floor's capacity ``C`` left ``miss = max(D - C, 0)`` unserved, and
+``s`` on the spread, adapted as adaptive conformal inference adapts its level (Gibbs and Candes, 2021):
+at each settled sample with demand ``D`` the floor's capacity ``C`` left ``miss = max(D - C, 0)``
+unserved, and
 
-    s <- clip(s + gamma x (miss - (1 - target) x D) / unit, 0, 1),  gamma = 1 / (memory x (1 - target))
+    s <- clip(s + gamma x (miss - (1 - target) x D) / level, 0, 2),  gamma = 1 / (memory x (1 - target))
 
-where ``unit`` is the larger of the demand's moving average over ``memory`` samples and the sample's
-own (a ramp's average lags it: a busy sample counts as much as an average one, a quiet one less).
-Floors that cover everything narrow the spread by at most ``1 / memory`` per sample; a sample whose
-shortfall exceeds the target's share widens it at once, in proportion. Unclipped, the long-run demand-weighted shortfall of
-the floors converges to ``1 - target`` whatever the traffic; the clip at 1 keeps the measured spread
-as the most the floor sizes for (a shortfall the measured errors did not cover is a step no spread
-foresaw: the load policy answers it), so calibration only ever removes capacity the target does not
-need, and gives it back as soon as the floors fall short.
+The floor sizes for the scenarios ``forecast + min(s, 1) x (scenario - forecast)``, where ``level`` is the demand's moving average over ``memory`` samples (the mean of all of them
+before that many): each sample counts by its demand, as the attainment counts requests. Floors that
+cover everything narrow the spread by ``1 / memory`` per sample of average demand; a sample whose
+shortfall exceeds the target's share widens it at once, in proportion. Unclipped, the long-run
+demand-weighted shortfall of the floors converges to ``1 - target`` whatever the traffic (the sum of
+the updates is bounded). The floor never sizes for more than the measured spread (a shortfall the
+measured errors did not cover is a step no spread foresaw: the load policy answers it), so calibration
+only removes capacity the target does not need, and gives it back as soon as the floors fall short;
+the scale's room above 1 (:data:`MAX_SCALE`) keeps a large shortfall's excess on the books.
 
 Pure: the samples come in with the decision inputs.
 """
@@ -32,6 +33,12 @@ from dataclasses import dataclass, replace
 from planner_proto.demand import DemandStep
 from planner_proto.traffic import TrafficSample
 
+MAX_SCALE = 2.0
+"""The most the calibrated scale holds. Above 1 the floor still sizes for the whole measured spread:
+what a large shortfall pushes past 1 is paid back by covered samples (up to ``memory`` of them at
+average demand) before the spread narrows again, so the shortfalls the narrowing risks are counted,
+not clipped away."""
+
 MAX_PENDING = 64
 """Floors kept waiting for their sample (more than any lead; without traffic samples the oldest go)."""
 
@@ -41,7 +48,8 @@ class SpreadCalibration:
     """One component's calibration: the scale on its forecast spread and the floors not yet settled."""
 
     scale: float = 1.0
-    """Share of the forecast's spread the floor sizes for (1: all of it)."""
+    """The calibrated scale in [0, :data:`MAX_SCALE`]; the floor sizes for :attr:`applied` of the
+    forecast's spread."""
     level: float | None = None
     """Moving average of the settled samples' demand (units/s): the unit of the update."""
     pending: tuple[tuple[float, float], ...] = ()
@@ -50,10 +58,17 @@ class SpreadCalibration:
     """The sample the latest recorded floor is for (one floor per forecast)."""
     settled_s: float | None = None
     """Start of the latest traffic sample settled."""
+    settled: int = 0
+    """Floors settled with a demand so far."""
     served: float = 0.0
     demand: float = 0.0
     """Demand the settled floors covered, and all of it, decayed over ``memory`` samples (diagnostics:
     their ratio is the floors' realised coverage)."""
+
+    @property
+    def applied(self) -> float:
+        """Share of the forecast's spread the floor sizes for (1: all of it)."""
+        return min(self.scale, 1.0)
 
 
 def scaled(step: DemandStep, scale: float) -> list[float]:
@@ -90,18 +105,17 @@ def settle(
     if demand is None or not mine or memory < 1:
         return cal
     capacity = mine[-1]
-    a = 1.0 / memory
+    a = max(1.0 / memory, 1.0 / (cal.settled + 1))
     level = demand if cal.level is None else cal.level + a * (demand - cal.level)
     miss = max(demand - capacity, 0.0)
     served = (1 - a) * cal.served + (demand - miss)
     total = (1 - a) * cal.demand + demand
-    cal = replace(cal, level=level, served=served, demand=total)
-    unit = max(level, demand)
-    if target >= 1.0 or unit <= 0.0:
+    cal = replace(cal, level=level, served=served, demand=total, settled=cal.settled + 1)
+    if target >= 1.0 or level <= 0.0:
         return cal
     gamma = 1.0 / (memory * (1.0 - target))
-    scale = cal.scale + gamma * (miss - (1.0 - target) * demand) / unit
-    return replace(cal, scale=min(max(scale, 0.0), 1.0))
+    scale = cal.scale + gamma * (miss - (1.0 - target) * demand) / level
+    return replace(cal, scale=min(max(scale, 0.0), MAX_SCALE))
 
 
 def record(cal: SpreadCalibration, steps: Sequence[DemandStep], capacity: float) -> SpreadCalibration:

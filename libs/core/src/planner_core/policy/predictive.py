@@ -134,7 +134,7 @@ def predictive_floor(
                 continue
             cals[c] = record(cals.get(c, SpreadCalibration()), cd.steps, offered(n))
             covered = coverage(cals[c])
-            extra = {"spread_scale": cals[c].scale}
+            extra = {"spread_scale": cals[c].applied}
             if covered is not None:
                 extra["floor_coverage"] = covered
             out[c] = replace(out[c], diagnostics={**out[c].diagnostics, **extra})
@@ -169,7 +169,7 @@ def _offered(per_replica: float, pooled_headroom: float) -> Callable[[int], floa
 
 def _scale(cals: dict[str, SpreadCalibration], component: str) -> float:
     cal = cals.get(component)
-    return 1.0 if cal is None else cal.scale
+    return 1.0 if cal is None else cal.applied
 
 
 def _measured(demand: ComponentDemand) -> bool:

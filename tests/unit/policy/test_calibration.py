@@ -1,0 +1,167 @@
+"""The floor's spread calibrated on what its floors covered: narrowed while they cover more than the
+target asks, widened back at a shortfall, never past the measured spread; over a long run the floors'
+demand-weighted shortfall lands at the target's share; and inside ``decide`` a steady traffic's floor
+comes down as its coverage is seen."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from planner_core.policy import DecisionInputs, PolicyConfig, PolicyKind, PolicyState, decide
+from planner_core.policy.calibration import (
+    MAX_PENDING,
+    MAX_SCALE,
+    SpreadCalibration,
+    coverage,
+    demand_of,
+    record,
+    scaled,
+    settle,
+)
+from planner_proto.decision import ComponentReplicas
+from planner_proto.demand import DemandStep
+from planner_proto.traffic import TrafficSample
+from planner_sim.bench import _profile
+from tests.unit.policy.factories import fed, predictor
+
+INTERVAL = 30.0
+
+
+def sample(i: int, requests: float = 300.0, isl: float = 1000.0) -> TrafficSample:
+    return TrafficSample(
+        namespace="t",
+        start_s=INTERVAL * i,
+        interval_s=INTERVAL,
+        num_requests=requests,
+        mean_isl_tokens=isl,
+        mean_osl_tokens=100.0,
+    )
+
+
+def step(for_i: int, forecast: float, scenarios: list[float]) -> DemandStep:
+    return DemandStep(
+        steps_ahead=1,
+        for_start_s=INTERVAL * for_i,
+        forecast=forecast,
+        scenarios=scenarios,
+        forecaster="steady",
+    )
+
+
+def floor_for(cal: SpreadCalibration, i: int, capacity: float) -> SpreadCalibration:
+    return record(cal, [step(i, 1.0, [1.0])], capacity)
+
+
+def test_scaled_spread_keeps_the_forecast_and_shrinks_both_sides() -> None:
+    s = step(1, 100.0, [40.0, 100.0, 180.0])
+    assert scaled(s, 1.0) == [40.0, 100.0, 180.0]
+    assert scaled(s, 0.5) == [70.0, 100.0, 140.0]
+    assert scaled(s, 0.0) == [100.0, 100.0, 100.0]
+    assert min(scaled(step(1, 10.0, [-50.0]), 0.5)) == 0.0
+
+
+def test_covered_floors_narrow_by_at_most_one_memory_share_per_sample() -> None:
+    cal = SpreadCalibration()
+    scales = []
+    for i in range(1, 6):
+        cal = floor_for(cal, i, capacity=1e9)
+        cal = settle(cal, sample(i), demand_of(sample(i), 1000.0), target=0.99, memory=60)
+        scales.append(cal.scale)
+    # a sample at the average demand, fully covered: -1/60 each
+    assert scales == pytest.approx([1 - k / 60 for k in range(1, 6)])
+    assert coverage(cal) == pytest.approx(1.0)
+
+
+def test_a_shortfall_widens_at_once_and_never_past_the_measured_spread() -> None:
+    cal = replace(SpreadCalibration(), scale=0.2, level=10_000.0)
+    demand = demand_of(sample(1), 1000.0)
+    assert demand == pytest.approx(10_000.0)
+    cal = settle(floor_for(cal, 1, capacity=9_000.0), sample(1), demand, target=0.99, memory=60)
+    # 10 % short where 1 % is allowed: + (0.10 - 0.01) / (60 x 0.01) = +0.15
+    assert cal.scale == pytest.approx(0.35)
+    cal = settle(floor_for(cal, 2, capacity=0.0), sample(2), demand, target=0.99, memory=60)
+    # a whole sample short: the floor is back at the measured spread, the excess kept on the books
+    assert cal.applied == 1.0 and cal.scale == pytest.approx(MAX_SCALE)
+    assert coverage(cal) is not None and coverage(cal) < 0.99  # type: ignore[operator]
+
+
+def test_settling_matches_samples_once_and_drops_floors_whose_sample_never_came() -> None:
+    cal = SpreadCalibration()
+    for i in (3, 4, 5):
+        cal = floor_for(cal, i, capacity=1e9)
+    cal = floor_for(cal, 5, capacity=0.0)  # a second floor on the same forecast is not recorded
+    assert [s for s, _ in cal.pending] == [90.0, 120.0, 150.0]
+    # sample 4 comes (3 never did): 3 dropped, 4 settled, 5 waits
+    cal = settle(cal, sample(4), 10_000.0, target=0.99, memory=60)
+    assert [s for s, _ in cal.pending] == [150.0] and cal.scale < 1.0
+    again = settle(cal, sample(4), 10_000.0, target=0.99, memory=60)
+    assert again == cal
+    # no demand (a sample without request lengths) settles without moving the scale
+    quiet = settle(cal, sample(5, isl=float("nan")), None, target=0.99, memory=60)
+    assert quiet.scale == cal.scale and quiet.pending == ()
+
+
+def test_pending_floors_are_bounded_without_traffic() -> None:
+    cal = SpreadCalibration()
+    for i in range(MAX_PENDING + 10):
+        cal = floor_for(cal, i, capacity=1.0)
+    assert len(cal.pending) == MAX_PENDING and cal.pending[-1][0] == INTERVAL * (MAX_PENDING + 9)
+
+
+@pytest.mark.parametrize("target", [0.9, 0.95, 0.99])
+def test_long_run_shortfall_lands_at_the_target_share(target: float) -> None:
+    """Demand is log-normal around a forecast of 100; the floor covers the forecast plus the scaled
+    spread of a (too wide) error record. Unclipped by the upper bound, the floors' demand-weighted
+    shortfall converges to 1 - target."""
+    rng = np.random.default_rng(7)
+    errors = np.sort(rng.normal(0.0, 120.0, 400))  # the record: 3x wider than the traffic's spread
+    cal, missed, total = SpreadCalibration(), 0.0, 0.0
+    for i in range(1, 6001):
+        scen = scaled(step(i, 100.0, list(100.0 + errors)), cal.scale)
+        capacity = float(np.quantile(scen, target))
+        cal = floor_for(cal, i, capacity)
+        demand = float(100.0 * np.exp(rng.normal(0.0, 0.4) - 0.08))
+        if i > 1000:
+            missed += max(demand - capacity, 0.0)
+            total += demand
+        cal = settle(cal, sample(i), demand, target=target, memory=60)
+    assert missed / total == pytest.approx(1.0 - target, abs=0.25 * (1.0 - target))
+    assert 0.0 < cal.scale < MAX_SCALE
+
+
+def run(shared: Path, calibrate: bool, pattern: list[float]) -> list[tuple[int, float]]:
+    """400 req/s times ``pattern[i]`` at sample ``i`` through ``decide``: per sample the prefill floor
+    and the share of the spread it sized for."""
+    capacity = _profile(str(shared / "dynamo"))[2]
+    cfg = replace(PolicyConfig(), policy=PolicyKind.COMBINED, max_gpu_budget=-1, calibrate_spread=calibrate)
+    st, demand = PolicyState(), predictor(cfg)
+    reps = {c: ComponentReplicas(desired=40, ready=40) for c in ("prefill", "decode")}
+    out = []
+    for i, x in enumerate(pattern):
+        s = msgspec.structs.replace(sample(i, requests=INTERVAL * 400 * x, isl=2000.0), mean_osl_tokens=200.0)
+        now = INTERVAL * (i + 1)
+        inputs = fed(demand, DecisionInputs(replicas=reps, traffic=s, capacity=capacity), now)
+        _, st = decide(inputs, st, cfg, now)
+        cal = st.predictive.calibration.get("prefill")
+        out.append((st.predictive.floor["prefill"], cal.applied if cal is not None else 1.0))
+    return out
+
+
+def test_inside_decide_covered_floors_narrow_and_a_shortfall_restores_the_spread(shared_data: Path) -> None:
+    if not (shared_data / "dynamo").is_dir():
+        pytest.skip("profile data (dynamo/) not found under the shared data folder")
+    steady = [1.05 if i % 2 else 0.95 for i in range(80)]
+    jump = steady + [2.0] * 12
+    plain = run(shared_data, calibrate=False, pattern=steady)
+    calibrated = run(shared_data, calibrate=True, pattern=jump)
+    assert all(scale == 1.0 for _, scale in plain)
+    # +-5 % traffic: the floors cover it with room, the spread narrows, the floor is no higher
+    assert calibrated[79][1] < 0.9
+    assert sum(f for f, _ in calibrated[40:80]) <= sum(f for f, _ in plain[40:80])
+    # the traffic doubles: the floors made before it fall short, the whole spread is back
+    assert calibrated[-1][1] == 1.0
