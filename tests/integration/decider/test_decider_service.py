@@ -250,6 +250,11 @@ async def test_the_predictive_floor_sizes_for_the_predictors_demand_forecast(
         )  # fmt: skip
         sized, _, _ = predictive_floor(inputs, PredictiveState(), dec.svc.cfg, 1.0)
         assert dec.svc.policy_state.predictive.floor == {c: r.target for c, r in sized.items()}
+        # no traffic sample has settled a floor yet: the whole spread, as exported
+        for c in ("prefill", "decode"):
+            await wait_until(
+                lambda c=c: dec.metric("planner_decider_spread_scale", {"component": c}) == 1.0, 5
+            )
 
         # no newer forecast for longer than two of its intervals: missing, the last floor stands
         missing = {"state": "missing"}

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from planner_core.policy.calibration import SpreadCalibration, coverage
 from planner_proto import ComponentReplicas, ComponentSnapshot, LoadForecast, Reason
 
 
@@ -74,6 +75,19 @@ class DeciderMetrics:
             ["state"],
             registry=r,
         )
+        self.spread_scale = Gauge(
+            "planner_decider_spread_scale",
+            "Share of the demand forecast's spread the predictive floor sizes for (1: all of it;"
+            " lower while its floors covered more of the demand than the target attainment asks)",
+            ["component"],
+            registry=r,
+        )
+        self.floor_coverage = Gauge(
+            "planner_decider_floor_coverage_ratio",
+            "Share of the demand that came that the predictive floors sized for it covered (recent)",
+            ["component"],
+            registry=r,
+        )
         self.demand_lead_mismatch = Counter(
             "planner_decider_demand_lead_mismatch",
             "Demand forecasts whose lead (the predictor's startup_s) differs from this decider's",
@@ -105,6 +119,13 @@ class DeciderMetrics:
         itl = estimated_itl_ms(snaps.values())
         if itl is not None:
             self.est_itl.set(itl / 1000.0)
+
+    def observe_calibration(self, calibration: Mapping[str, SpreadCalibration]) -> None:
+        for c, cal in calibration.items():
+            self.spread_scale.labels(c).set(cal.applied)
+            covered = coverage(cal)
+            if covered is not None:
+                self.floor_coverage.labels(c).set(covered)
 
     def observe_decision(self, decision_id: int, reasons: Mapping[str, Reason]) -> None:
         self.decision_id.set(decision_id)

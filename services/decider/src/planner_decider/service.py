@@ -338,6 +338,7 @@ class DeciderService(Service[DeciderSettings]):
         self.metrics.observe_replicas(replicas)
         self.metrics.observe_forecast(fc)
         self.metrics.observe_latency(snaps)
+        self.metrics.observe_calibration(self.policy_state.predictive.calibration)
         desired = dict(out.result.desired) if out.result is not None else {}
         for c, n in desired.items():
             self.metrics.desired.labels(c).set(n)
