@@ -141,6 +141,19 @@ def test_prefill_window_queues(
     assert (res.target, res.reason) == (target, reason)
 
 
+def test_a_queue_built_on_a_smaller_fleet_is_not_replayed_as_a_burst() -> None:
+    """The recurring bursts above, held by one engine before the fleet grew to two: still a reason
+    not to consolidate (the peak must fit on what is left), but no burst step: the fleet has grown
+    for that overload since."""
+    recent = (0.0, 120_000.0, 0.0, 110_000.0)
+    res = load_policy(
+        "prefill", snap("prefill", [pre(0), pre(1)]), reps(2), 2, EST, OURS, NOW,
+        recent_queued_tokens=recent, burst_step_ok=True, burst_queued_tokens=(),
+    )  # fmt: skip
+    assert (res.target, res.reason) == (2, Reason.NO_CHANGE)
+    assert res.diagnostics["peak_queued_tokens"] == 120_000.0
+
+
 @pytest.mark.parametrize(
     ("recent", "cfg", "target", "reason"),
     [

@@ -58,12 +58,13 @@ def test_observe_queues_remembers_the_window_of_queues() -> None:
     p = s.observe_queues(
         make.draft({"prefill": 3, "decode": 2}, state=with_state(queue_samples=(old, kept))), inp, c, NOW
     )
-    got = [(q.at_s, q.component, q.queued_tokens) for q in p.state.queue_samples]
-    # the sample older than the window goes; the draining engine's queue is not the fleet's
+    got = [(q.at_s, q.component, q.queued_tokens, q.engines) for q in p.state.queue_samples]
+    # the sample older than the window goes; the draining engine's queue is not the fleet's, nor is
+    # the engine
     assert got == [
-        (kept.at_s, "prefill", 2.0),
-        (NOW, "prefill", 3000.0 + 5000.0),
-        (NOW, "decode", 1000.0 + 500.0 + 2000.0),
+        (kept.at_s, "prefill", 2.0, 0),
+        (NOW, "prefill", 3000.0 + 5000.0, 2),
+        (NOW, "decode", 1000.0 + 500.0 + 2000.0, 2),
     ]
     assert p.state.last_decode_blocked_s is None
 
@@ -219,6 +220,21 @@ def test_recommend_load_passes_recent_queues_except_in_the_reference(monkeypatch
     assert fake.calls["decode"]["recent_queued_tokens"] == (42.0,)
     _, fake = _load(monkeypatch, {"decode": 2}, p, policy=PolicyKind.LOAD, reference_compat=True)
     assert fake.calls["decode"]["recent_queued_tokens"] == ()
+
+
+def test_recommend_load_replays_as_bursts_only_queues_as_many_engines_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    small = QueueSample(at_s=NOW - 50.0, component="prefill", queued_tokens=900.0, engines=1)
+    full = QueueSample(at_s=NOW - 5.0, component="prefill", queued_tokens=42.0, engines=2)
+    p = make.draft({"prefill": 2}, state=with_state(queue_samples=(small, full)))
+    fake = FakeLoad({"prefill": 2})
+    monkeypatch.setattr(s, "load_policy", fake)
+    workers = [make.worker(0, NOW), make.worker(1, NOW)]
+    inp = make.inputs({"prefill": 2}, snapshots={"prefill": make.snapshot("prefill", workers, NOW)})
+    s.recommend_load(p, inp, make.cfg(policy=PolicyKind.LOAD), NOW)
+    assert fake.calls["prefill"]["recent_queued_tokens"] == (900.0, 42.0)
+    assert fake.calls["prefill"]["burst_queued_tokens"] == (42.0,)
 
 
 def test_recommend_load_raises_to_the_throughput_floor(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -479,6 +495,24 @@ def test_stabilise_a_floor_set_target_holds_for_the_startup_lead() -> None:
         .hold_s
         is None
     )
+
+
+def test_stabilise_under_the_predictive_floor_holds_a_load_scale_up_for_the_lead_only() -> None:
+    """A load-policy recommendation (no hold of its own) holds a scale-down for the lead under the
+    predictive floor (a replica given back is back within it), for ``down_window_s`` elsewhere."""
+    earlier = Recommendation(at_s=NOW - 100.0, component="decode", replicas=4)
+    state = with_state(recommendations=(earlier,))
+    ours = make.cfg(policy=PolicyKind.COMBINED, down_window_s=300.0, down_limit_percent=100.0)
+    load = make.cfg(policy=PolicyKind.LOAD, down_window_s=300.0, down_limit_percent=100.0)
+    # lead 3 x 30 s: the 100 s old recommendation no longer holds under the floor
+    got = s.stabilise(_bounded(2, 4, state=state, lead=3, sample_s=30.0), make.inputs({}), ours, NOW)
+    assert got.desired == {"decode": 2} and got.reasons["decode"] is Reason.SCALE_DOWN
+    # within the lead it does
+    near = s.stabilise(_bounded(2, 4, state=state, lead=4, sample_s=30.0), make.inputs({}), ours, NOW)
+    assert near.desired == {"decode": 4} and near.reasons["decode"] is Reason.STABILIZED
+    # the load mode keeps the whole down window
+    held = s.stabilise(_bounded(2, 4, state=state, lead=3, sample_s=30.0), make.inputs({}), load, NOW)
+    assert held.desired == {"decode": 4}
 
 
 # ---- budget ---------------------------------------------------------------------------------------

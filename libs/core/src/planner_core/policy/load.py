@@ -184,15 +184,18 @@ def _ttft_signal(
     max_down: int,
     recent_queued_tokens: Sequence[float] = (),
     burst_step_ok: bool = False,
+    burst_queued_tokens: Sequence[float] = (),
 ) -> _Signal:
     est = _ttft_est(snap, estimator)
     target = cfg.ttft_target_ms
     up, min_est = _up_steps(warm, n_eff, est, target, max_up) if warm else (0, math.nan)
     diag = {"min_est_ttft_ms": min_est}
-    if recent_queued_tokens and estimator is not None and warm and burst_step_ok:
+    if burst_queued_tokens and estimator is not None and warm and burst_step_ok:
         # ours: replay the window's queues on n_eff + 1 engines; too many still over target -> +1.
         # One step per window: a burst long gone is no reason to pile up engines that start late.
-        burst_up = min(_burst_up_steps(recent_queued_tokens, n_eff, snap, estimator, cfg, 1), 1)
+        # Only queues that as many engines as now held: one that built up on a smaller fleet (an
+        # overload the fleet has since grown for) says nothing of whether this fleet is short
+        burst_up = min(_burst_up_steps(burst_queued_tokens, n_eff, snap, estimator, cfg, 1), 1)
         diag["burst_up_steps"] = float(burst_up)
         up = max(up, burst_up)
     down = 0
@@ -301,12 +304,14 @@ def load_policy(
     recent_queued_tokens: Sequence[float] = (),
     burst_step_ok: bool = False,
     backlog: Backlog | None = None,
+    burst_queued_tokens: Sequence[float] | None = None,
 ) -> ComponentResult:
     """Recommendation for one component; ``current`` is the present desired count.
 
     ``recent_queued_tokens``: the component's queued prefill tokens (prefill) or scheduled + queued
     decode KV tokens (decode), summed over engines, at each tick of the recent window (ours; ignored
-    in reference_compat); ``burst_step_ok``: no scale-up of this
+    in reference_compat); ``burst_queued_tokens``: those of them held by at least as many engines as
+    now, the queues a burst step replays (None: all of them); ``burst_step_ok``: no scale-up of this
     component within that window, so one burst-driven step is allowed; ``backlog``: the demand and the
     pending engines' ready time that size a prefill scale-up by the queue's drain time (ours)."""
     compat = cfg.reference_compat
@@ -343,9 +348,10 @@ def load_policy(
     signals: list[_Signal] = []
     if component in (PREFILL, AGG):
         recent = () if compat else recent_queued_tokens
+        burst = recent if burst_queued_tokens is None or compat else burst_queued_tokens
         signals.append(
             _ttft_signal(
-                workers, warm, n_eff, snapshot, estimator, cfg, max_up, max_down, recent, burst_step_ok
+                workers, warm, n_eff, snapshot, estimator, cfg, max_up, max_down, recent, burst_step_ok, burst
             )
         )
     if component in (DECODE, AGG):

@@ -34,24 +34,28 @@ def stabilize(
     cfg: PolicyConfig,
     now_s: float,
     hold_cap_s: float | None = None,
+    plain_hold_s: float | None = None,
 ) -> int:
     """``history`` must already hold this tick's recommendation. ``hold_cap_s``: a recommendation
-    that carries its own hold counts for at most this long (None: its whole hold)."""
+    that carries its own hold counts for at most this long (None: its whole hold);
+    ``plain_hold_s``: how long one that carries none holds (None: ``down_window_s``)."""
     mine = [r for r in history if r.component == component]
     if recommendation > current:
         window = [r.replicas for r in mine if now_s - r.at_s <= cfg.up_window_s] or [recommendation]
         return max(current, min(window))
     if recommendation < current:
-        window = [r.replicas for r in mine if now_s - r.at_s <= _held_for(r, cfg, hold_cap_s)] or [
-            recommendation
-        ]
+        window = [
+            r.replicas for r in mine if now_s - r.at_s <= _held_for(r, cfg, hold_cap_s, plain_hold_s)
+        ] or [recommendation]
         return min(current, max(window))
     return current
 
 
-def _held_for(r: Recommendation, cfg: PolicyConfig, hold_cap_s: float | None) -> float:
+def _held_for(
+    r: Recommendation, cfg: PolicyConfig, hold_cap_s: float | None, plain_hold_s: float | None
+) -> float:
     if r.hold_s is None:
-        return cfg.down_window_s
+        return cfg.down_window_s if plain_hold_s is None else plain_hold_s
     return r.hold_s if hold_cap_s is None else min(r.hold_s, hold_cap_s)
 
 

@@ -98,10 +98,10 @@ def observe_queues(p: Draft, inputs: DecisionInputs, cfg: PolicyConfig, now_s: f
             continue
         if c == PREFILL:
             total = float(sum(w.queued_prefill_tokens for w in workers))
-            samples.append(QueueSample(at_s=now_s, component=c, queued_tokens=total))
+            samples.append(QueueSample(at_s=now_s, component=c, queued_tokens=total, engines=len(workers)))
         if c == DECODE:
             kv = float(sum(w.scheduled_decode_kv_tokens + w.queued_decode_kv_tokens for w in workers))
-            samples.append(QueueSample(at_s=now_s, component=c, queued_tokens=kv))
+            samples.append(QueueSample(at_s=now_s, component=c, queued_tokens=kv, engines=len(workers)))
             if any(admission_blocked(w, snap) for w in workers):
                 blocked_s = now_s
     st = dataclasses.replace(st, queue_samples=tuple(samples), last_decode_blocked_s=blocked_s)
@@ -316,9 +316,9 @@ def stabilise(p: Draft, inputs: DecisionInputs, cfg: PolicyConfig, now_s: float)
         if cfg.reference_compat or c not in p.recs or c in p.woken:
             continue
         rec = desired[c]
-        hold, cap = _floor_holds(p, c, cfg)
+        hold, cap, plain = _floor_holds(p, c, cfg)
         history = (*history, Recommendation(at_s=now_s, component=c, replicas=rec, hold_s=hold))
-        stable = stabilize(c, rec, p.current[c], history, cfg, now_s, hold_cap_s=cap)
+        stable = stabilize(c, rec, p.current[c], history, cfg, now_s, hold_cap_s=cap, plain_hold_s=plain)
         if stable != rec:
             reasons[c] = Reason.STABILIZED
         limited = rate_limit(c, stable, p.current[c], events, cfg)
@@ -430,8 +430,16 @@ def _traffic_level(inputs: DecisionInputs) -> float | None:
     return max(vals) if vals else None
 
 
-def _recent_queues(st: PolicyState, component: str) -> tuple[float, ...]:
-    return tuple(s.queued_tokens for s in st.queue_samples if s.component == component)
+def _recent_queues(st: PolicyState, component: str, engines: int = 0) -> tuple[float, ...]:
+    """The component's queues of the window, those held by at least ``engines`` engines."""
+    return tuple(
+        s.queued_tokens for s in st.queue_samples if s.component == component and s.engines >= engines
+    )
+
+
+def _engines(inputs: DecisionInputs, component: str) -> int:
+    snap = inputs.snapshots.get(component)
+    return sum(not w.draining for w in snap.workers) if snap is not None else 0
 
 
 def _direction(target: int, previous: int) -> Reason:
@@ -461,6 +469,7 @@ def _load(p: Draft, c: str, inputs: DecisionInputs, cfg: PolicyConfig, now_s: fl
         now_s,
         in_progress=c in inputs.in_progress,
         recent_queued_tokens=() if cfg.reference_compat else _recent_queues(st, c),
+        burst_queued_tokens=() if cfg.reference_compat else _recent_queues(st, c, _engines(inputs, c)),
         burst_step_ok=c not in st.last_up_s or now_s - st.last_up_s[c] >= cfg.queue_window_s,
         backlog=None if cfg.reference_compat or c != PREFILL else _backlog(st, inputs, cfg, now_s),
     )
@@ -539,15 +548,19 @@ def _over_floor(
     return res, {f"{c}.throughput_floor": float(fl)}, False
 
 
-def _floor_holds(p: Draft, c: str, cfg: PolicyConfig) -> tuple[float | None, float | None]:
+def _floor_holds(p: Draft, c: str, cfg: PolicyConfig) -> tuple[float | None, float | None, float | None]:
     """Ours: how long this tick's recommendation holds a scale-down back (the startup lead where
-    the predictive floor set it; None: ``down_window_s``), and the cap on the holds of the earlier
-    ones (:func:`floor_hold_s`, for a component under the predictive floor; None: no cap)."""
+    the predictive floor set it; None: ``down_window_s``), the cap on the holds of the earlier
+    ones (:func:`floor_hold_s`, for a component under the predictive floor; None: no cap), and how
+    long a recommendation without its own hold (the load policy's) holds: under the predictive
+    floor, at most the lead (a replica given back then is back within it, and the floor covers the
+    forecast), not all of ``down_window_s``; None elsewhere."""
     st, lead, sample_s = p.state, p.lead, p.sample_s
     hold = lead * sample_s if c in p.floor_set else None
     floored = _predictive(cfg) and c in (PREFILL, DECODE)
     cap = floor_hold_s(st.predictive, c, lead, sample_s) if floored else None
-    return hold, cap
+    plain = min(cfg.down_window_s, lead * sample_s) if floored and sample_s > 0 else None
+    return hold, cap, plain
 
 
 def _throughput_step(

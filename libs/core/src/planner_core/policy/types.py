@@ -105,6 +105,8 @@ class QueueSample:
     queued_tokens: float
     """Summed over the component's engines: queued prefill tokens (prefill), scheduled + queued
     decode KV tokens (decode)."""
+    engines: int = 0
+    """The component's engines (not draining) that held them."""
 
 
 @dataclass(frozen=True, kw_only=True)
