@@ -7,6 +7,7 @@ the clairvoyant oracle, the best attainment it reached, and its default knob's o
     uv run planner bench --frontier --scenario azure-conv --json > conv.json
     uv run python benchmarks/frontier_table.py conv.json [more.json ...]
     uv run python benchmarks/frontier_table.py --summary conv.json code.json   # one line per trace
+    uv run python benchmarks/frontier_table.py --calibration all.json   # ours: the knob against what it got
 """
 
 from __future__ import annotations
@@ -122,17 +123,69 @@ def summary_row(t: dict[str, Any]) -> str:
     )
 
 
+CALIBRATION_HEAD = (
+    "| trace | clairvoyant GPU-h | ours at the default knob | static fleet at the average need | "
+    "achieved - target, points of % (knob: points) | GPU-h non-decreasing in the knob? |\n"
+    "|---|---|---|---|---|---|"
+)
+
+
+def calibration_row(t: dict[str, Any]) -> str:
+    """One line per trace: ours at the default knob, the static fleet at the average need, the
+    calibration at each knob, and where asking for more cost less."""
+    clv = float(t["clairvoyant"]["gpu_hours"])
+    by = {r["policy"]: r for r in t["policies"]}
+    ours, static = by.get("combined"), by.get("static-average") or by.get("static")
+    if ours is None:
+        return f"| {t['trace']} | {clv:.2f} | - | - | - | - |"
+
+    def run(r: dict[str, Any] | None, knob: float | None) -> str:
+        if r is None:
+            return "-"
+        p = next((q for q in r["frontier"] if q["knob"] == knob), None) if knob is not None else None
+        att, gh = (
+            (p["sla_attainment_pct"], p["gpu_hours"]) if p else (r["sla_attainment_pct"], r["gpu_hours"])
+        )
+        return f"{att:.1f} % / {gh:.2f} ({gh / clv:.2f}x)" if clv > 0 else f"{att:.1f} % / {gh:.2f}"
+
+    cal = ", ".join(
+        f"{c['target']:g}: {c['achieved_minus_target_pts']:+.2f}" for c in ours.get("calibration", [])
+    )
+    rev = ours.get("knob_reversals", [])
+    mono = (
+        "yes"
+        if not rev
+        else "no: "
+        + "; ".join(
+            f"{x['knob']:g} {x['gpu_hours']:.2f} > {x['knob_asking_more']:g} {x['gpu_hours_asking_more']:.2f}"
+            for x in rev
+        )
+    )
+    return (
+        f"| {t['trace']} | {clv:.2f} | {run(ours, ours['knob'])} | {run(static, 1.0 if static and static['policy'] == 'static' else None)} "
+        f"| {cal or '-'} | {mono} |"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--summary", action="store_true", help="one line per trace instead of the tables")
+    ap.add_argument(
+        "--calibration", action="store_true", help="one line per trace: ours' knob against what it got"
+    )
     args = ap.parse_args()
     if args.summary:
         print(SUMMARY_HEAD)
+    if args.calibration:
+        print(CALIBRATION_HEAD)
     for f in args.files:
         doc = json.loads(f.read_text())
         for t in doc["traces"]:
-            print(summary_row(t) if args.summary else trace_table(t))
+            if args.calibration:
+                print(calibration_row(t))
+            else:
+                print(summary_row(t) if args.summary else trace_table(t))
 
 
 if __name__ == "__main__":
