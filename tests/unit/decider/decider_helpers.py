@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
 from planner_core.policy import CapacityModel, PolicyConfig, PolicyKind
 from planner_core.profile import DecodeProfile, PrefillProfile
 from planner_proto import ComponentReplicas, LoadForecast, ReplicaStatus
+from tests.unit.policy import factories
 
 ISL, OSL, INTERVAL_S = 2800.0, 400.0, 10.0
 
@@ -16,18 +15,7 @@ def profiles() -> tuple[PrefillProfile, DecodeProfile]:
     # prefill 28000 tok/s/GPU at any ISL; decode ITL 10 + 30*kv ms (always under 50) and 4000*kv tok/s/GPU.
     # max_kv 480000 keeps the throughput derived from ITL equal at the tests' context (isl + osl/2 = 3000):
     # kv 1.0 -> 480000/3000 = 160 requests at 40 ms -> 4000 tok/s, the same as the table.
-    isl = np.array([100.0, 1000.0, 4000.0, 8000.0, 16000.0])
-    pre = PrefillProfile(isl_tokens=isl, ttft_ms=isl / 28.0, thpt_per_gpu=np.full(5, 28000.0))
-    kv, ctx = np.meshgrid([0.0, 0.25, 0.5, 0.75, 1.0], [1000.0, 3000.0, 5000.0])
-    kv, ctx = kv.ravel(), ctx.ravel()
-    dec = DecodeProfile(
-        kv_usage=kv,
-        context_length_tokens=ctx,
-        itl_ms=10 + 30 * kv,
-        thpt_per_gpu=4000 * kv,
-        max_kv_tokens=480_000,
-    )
-    return pre, dec
+    return factories.profiles(itl_ms_per_kv=30.0, max_kv_tokens=480_000)
 
 
 def capacity() -> CapacityModel:

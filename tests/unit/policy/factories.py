@@ -104,9 +104,11 @@ def inputs(counts: Mapping[str, int | ComponentReplicas], **fields: Any) -> Deci
     return DecisionInputs(replicas=reps, **fields)
 
 
-def capacity(max_kv_tokens: int = 700_000) -> CapacityModel:
-    """A small profile: prefill 28000 tokens/s per GPU (TTFT = ISL / 28 ms); decode ITL 10 + 40 x KV
-    usage ms at 4000 x KV usage tokens/s per GPU, whatever the context."""
+def profiles(
+    itl_ms_per_kv: float = 40.0, max_kv_tokens: int = 700_000
+) -> tuple[PrefillProfile, DecodeProfile]:
+    """A small profile: prefill 28000 tokens/s per GPU (TTFT = ISL / 28 ms); decode ITL
+    10 + ``itl_ms_per_kv`` x KV usage ms at 4000 x KV usage tokens/s per GPU, whatever the context."""
     isl = np.array([100.0, 1000.0, 4000.0, 8000.0, 16000.0])
     pre = PrefillProfile(isl_tokens=isl, ttft_ms=isl / 28.0, thpt_per_gpu=np.full(5, 28000.0))
     kv, ctx = np.meshgrid([0.0, 0.25, 0.5, 0.75, 1.0], [1000.0, 3000.0, 5000.0])
@@ -114,10 +116,16 @@ def capacity(max_kv_tokens: int = 700_000) -> CapacityModel:
     dec = DecodeProfile(
         kv_usage=kv,
         context_length_tokens=ctx,
-        itl_ms=10 + 40 * kv,
+        itl_ms=10 + itl_ms_per_kv * kv,
         thpt_per_gpu=4000 * kv,
         max_kv_tokens=max_kv_tokens,
     )
+    return pre, dec
+
+
+def capacity(max_kv_tokens: int = 700_000) -> CapacityModel:
+    """The capacity model of :func:`profiles`."""
+    pre, dec = profiles(max_kv_tokens=max_kv_tokens)
     return CapacityModel(prefill=PrefillInterpolator(pre), decode=DecodeInterpolator(dec))
 
 
