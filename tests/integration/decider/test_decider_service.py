@@ -219,7 +219,7 @@ async def test_the_predictive_floor_sizes_for_the_predictors_demand_forecast(
     report = tmp_path / "out" / "report.html"
     s = settings(
         nats_server.url, write_profile(tmp_path), policy="combined", startup_s=0.2,
-        report_path=str(report), report_interval_s=0.2,
+        report_path=str(report), report_interval_s=0.2, calibrate_spread=True,
     )  # fmt: skip
     bus = await connect(nats_server.url)
     forecaster = HorizonDemand(startup_s=0.2)

@@ -146,10 +146,12 @@ class PolicyConfig:
     (0.5 at 0.97: sized for 0.985). A fleet's first minutes decide a run's attainment (their misses
     cannot be made up later) and their spread is a guess; the measured spread then sizes at the
     target itself. 1 turns it off."""
-    calibrate_spread: bool = True
-    """Combined policy: narrow the forecast spread the floor sizes for while its floors covered more
-    of the demand that came than ``target_attainment`` asks, and widen it back (up to the measured
-    spread) as soon as they fall short (:mod:`planner_core.policy.calibration`)."""
+    calibrate_spread: bool = False
+    """Combined policy, experimental: narrow the forecast spread the floor sizes for while its floors
+    covered more of the demand that came than ``target_attainment`` asks, and widen it back (up to the
+    measured spread) as soon as they fall short (:mod:`planner_core.policy.calibration`). Off by
+    default: the floors' coverage of a sample's mean demand is not the requests' latency, and on
+    traffic it was not set on it let the default knob fall under its target (the policy manual)."""
     spread_memory_samples: AtLeastOne = 60
     """Traffic samples the spread's calibration remembers: fully covered samples of average demand
     narrow it by 1/this each (about the per-step forecast errors' own memory)."""
