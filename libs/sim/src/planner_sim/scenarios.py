@@ -151,6 +151,36 @@ SCENARIOS: dict[str, Scenario] = {
             ttft_ms_per_1k_isl=100.0,
             description="long prompts (ISL 12000 log-normal, TTFT 500 ms + 100 ms per 1k prompt tokens), 0.5 <-> 3 req/s",
         ),
+        # added after the policy's last change (the load policy's holds under the floor, burst steps
+        # on the present fleet's queues), measured once, nothing set on them
+        Scenario(
+            name="fast-sinusoid",
+            source="synthetic:shape=sinusoid,rps=1,peak_rps=12,period_s=600,isl=2000,osl=300,duration_s=3600",
+            ttft_ms=500.0,
+            itl_ms=50.0,
+            peak_gpus=8.0,
+            description="a fast wave: 1 <-> 12 req/s, period 600 s (five startups), 1 h, rate-scaled to an 8-GPU peak",
+        ),
+        Scenario(
+            name="small-step",
+            source="synthetic:shape=step,rps=2,peak_rps=5,step_at_s=1200,isl=2000,osl=300,duration_s=3600",
+            ttft_ms=500.0,
+            itl_ms=50.0,
+            peak_gpus=4.0,
+            description="a 2.5x step up after 20 minutes in a small fleet, 1 h, rate-scaled to a 4-GPU peak",
+        ),
+        Scenario(
+            name="long-prompt-spikes",
+            source=(
+                "synthetic:shape=burst,rps=0.5,peak_rps=3,burst_every_s=900,burst_len_s=120,isl=8000,osl=400,"
+                "duration_s=3600"
+            ),
+            ttft_ms=500.0,
+            itl_ms=50.0,
+            peak_gpus=6.0,
+            ttft_ms_per_1k_isl=100.0,
+            description="two-minute 6x spikes of long prompts (ISL 8000) every 15 minutes, ISL-scaled TTFT, 6-GPU peak",
+        ),
     )
 }
 
