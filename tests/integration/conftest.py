@@ -31,12 +31,20 @@ async def no_task_leak() -> AsyncIterator[None]:
         # awaiting them) may need a few more loop turns on a loaded machine; one that still runs
         # after the grace is a leak
         await asyncio.wait(leaked, timeout=LEAK_GRACE_S)
-        leaked = _running(before)
+        # nats-py's own subscription readers, cancelled by its close and still unwound after the
+        # grace (seen on a loaded machine): the library's, not a task the code under test left
+        leaked = [t for t in _running(before) if not _cancelled_nats_reader(t)]
     assert not leaked, f"leaked tasks: {[t.get_name() for t in leaked]}"
 
 
 LEAK_GRACE_S = 2.0
 """How long tasks still running after a test get to finish before they count as leaked."""
+
+
+def _cancelled_nats_reader(task: asyncio.Task[object]) -> bool:
+    coro = task.get_coro()
+    name = getattr(coro, "__qualname__", "")
+    return task.cancelling() > 0 and name == "Subscription._wait_for_msgs"
 
 
 def _running(before: set[asyncio.Task[object]]) -> list[asyncio.Task[object]]:
