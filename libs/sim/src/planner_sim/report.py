@@ -234,7 +234,8 @@ def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun], frontier:
                 f"{clv:.2f}",
                 "1.00",
             )
-        for row in policy_rows(p.name, runs):
+        rows = policy_rows(p.name, runs)
+        for row in rows:
             r = row.run
             s = r.summary
             at99, at95 = row.at(99.0), row.at(95.0)
@@ -256,7 +257,7 @@ def print_table(preps: Sequence[TracePrep], runs: Sequence[PolicyRun], frontier:
                 str(r.actions),
             )
         console.print(t)
-        for row in policy_rows(p.name, runs):
+        for row in rows:
             cal = row.calibration()
             if len(cal) > 1 or (cal and frontier):
                 console.print(

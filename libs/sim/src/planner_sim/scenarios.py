@@ -35,11 +35,14 @@ STARTUP_SWEEP_S = (0.0, 30.0, 60.0, 120.0, 180.0, 300.0)
 
 @dataclass(frozen=True, kw_only=True)
 class Scenario:
+    """A trace or generated source with the SLA and fleet it is benched at (the default SLA: TTFT
+    500 ms, ITL 50 ms, rate-scaled to an 8-GPU peak)."""
+
     name: str
     source: str
-    ttft_ms: float
-    itl_ms: float
-    peak_gpus: float | None
+    ttft_ms: float = 500.0
+    itl_ms: float = 50.0
+    peak_gpus: float | None = 8.0
     """Rate-scale the trace to this oracle peak; None: the source's own rate."""
     duration_s: float | None = None
     description: str = ""
@@ -53,33 +56,21 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="azure-conv",
             source=AZURE_CONV,
-            ttft_ms=500.0,
-            itl_ms=50.0,
-            peak_gpus=8.0,
             description="Azure LLM inference 2023, conversation, 1 h",
         ),
         Scenario(
             name="azure-code",
             source=AZURE_CODE,
-            ttft_ms=500.0,
-            itl_ms=50.0,
-            peak_gpus=8.0,
             description="Azure LLM inference 2023, code (very bursty), 1 h",
         ),
         Scenario(
             name="servegen-day",
             source=f"servegen:dir={SERVEGEN_SMALL},days=1,start_day=0,mean_rps=4,lengths={AZURE_CONV}",
-            ttft_ms=500.0,
-            itl_ms=50.0,
-            peak_gpus=8.0,
             description="ServeGen m-small, 24 h diurnal day, Azure conv lengths",
         ),
         Scenario(
             name="servegen-week",
             source=f"servegen:dir={SERVEGEN_SMALL},days=7,start_day=0,mean_rps=4,lengths={AZURE_CONV}",
-            ttft_ms=500.0,
-            itl_ms=50.0,
-            peak_gpus=8.0,
             description="ServeGen m-small, 7 days, Azure conv lengths",
         ),
         Scenario(
@@ -94,25 +85,17 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="flat",
             source="synthetic:shape=constant,rps=6,isl=2000,osl=300,duration_s=3600",
-            ttft_ms=500.0,
-            itl_ms=50.0,
             peak_gpus=6.0,
             description="flat traffic, ISL 2000 / OSL 300 (log-normal), 1 h, rate-scaled to a 6-GPU peak",
         ),
         Scenario(
             name="step-up",
             source="synthetic:shape=step,rps=2,peak_rps=8,step_at_s=1800,isl=2000,osl=300,duration_s=3600",
-            ttft_ms=500.0,
-            itl_ms=50.0,
-            peak_gpus=8.0,
             description="a 4x step up half-way, 1 h, rate-scaled to an 8-GPU peak",
         ),
         Scenario(
             name="step-down",
             source="synthetic:shape=step,rps=8,peak_rps=2,step_at_s=1800,isl=2000,osl=300,duration_s=3600",
-            ttft_ms=500.0,
-            itl_ms=50.0,
-            peak_gpus=8.0,
             description="a 4x step down half-way, 1 h, rate-scaled to an 8-GPU peak",
         ),
         Scenario(
@@ -121,9 +104,6 @@ SCENARIOS: dict[str, Scenario] = {
                 "synthetic:shape=burst,rps=2,peak_rps=10,burst_every_s=600,burst_len_s=60,isl=2000,osl=300,"
                 "duration_s=3600"
             ),
-            ttft_ms=500.0,
-            itl_ms=50.0,
-            peak_gpus=8.0,
             description="one-minute 5x spikes every 10 minutes, 1 h, rate-scaled to an 8-GPU peak",
         ),
         Scenario(
@@ -131,23 +111,17 @@ SCENARIOS: dict[str, Scenario] = {
             source="sinusoid:min_rps=2,max_rps=30,period_s=1500,isl=3000,osl=400,duration_s=5400",
             ttft_ms=1500.0,
             itl_ms=40.0,
-            peak_gpus=8.0,
             description="a slower, shallower wave: 2 <-> 30 req/s, period 1500 s, ISL 3000 / OSL 400, 1.5 h",
         ),
         Scenario(
             name="small-fleet",
             source="sinusoid:min_rps=0.3,max_rps=2,period_s=1200,isl=2000,osl=300,duration_s=3600",
-            ttft_ms=500.0,
-            itl_ms=50.0,
             peak_gpus=3.0,
             description="a small fleet: a wave of period 1200 s rate-scaled to a 3-GPU peak (one engine a third of it)",
         ),
         Scenario(
             name="long-prompts",
             source="synthetic:shape=sinusoid,rps=0.5,peak_rps=3,period_s=1800,isl=12000,osl=400,duration_s=3600",
-            ttft_ms=500.0,
-            itl_ms=50.0,
-            peak_gpus=8.0,
             ttft_ms_per_1k_isl=100.0,
             description="long prompts (ISL 12000 log-normal, TTFT 500 ms + 100 ms per 1k prompt tokens), 0.5 <-> 3 req/s",
         ),
@@ -156,16 +130,11 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="fast-sinusoid",
             source="synthetic:shape=sinusoid,rps=1,peak_rps=12,period_s=600,isl=2000,osl=300,duration_s=3600",
-            ttft_ms=500.0,
-            itl_ms=50.0,
-            peak_gpus=8.0,
             description="a fast wave: 1 <-> 12 req/s, period 600 s (five startups), 1 h, rate-scaled to an 8-GPU peak",
         ),
         Scenario(
             name="small-step",
             source="synthetic:shape=step,rps=2,peak_rps=5,step_at_s=1200,isl=2000,osl=300,duration_s=3600",
-            ttft_ms=500.0,
-            itl_ms=50.0,
             peak_gpus=4.0,
             description="a 2.5x step up after 20 minutes in a small fleet, 1 h, rate-scaled to a 4-GPU peak",
         ),
@@ -175,8 +144,6 @@ SCENARIOS: dict[str, Scenario] = {
                 "synthetic:shape=burst,rps=0.5,peak_rps=3,burst_every_s=900,burst_len_s=120,isl=8000,osl=400,"
                 "duration_s=3600"
             ),
-            ttft_ms=500.0,
-            itl_ms=50.0,
             peak_gpus=6.0,
             ttft_ms_per_1k_isl=100.0,
             description="two-minute 6x spikes of long prompts (ISL 8000) every 15 minutes, ISL-scaled TTFT, 6-GPU peak",
