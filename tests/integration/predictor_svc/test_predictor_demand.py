@@ -201,3 +201,53 @@ async def test_only_the_active_predictor_publishes_and_a_standby_takes_over_with
         assert fc.components[0].errors_measured == len(b.demand.state.prefill.errors) > 0
     finally:
         await stop(b, run_b)
+
+
+async def test_a_state_kv_that_does_not_answer_at_takeover_is_read_again_and_never_overwritten(
+    no_task_leak: None, nats_server: NatsServer, client: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kv = await client.kv(STATE_BUCKET)
+    key = SUBJECTS.state_key("predictor", "demand_state")
+    feeder = Feeder(client)
+    svc, run = await start(make_settings(nats_server.url))
+    try:
+        await feeder.send(15)
+        await asyncio.sleep(0.3)
+    finally:
+        await stop(svc, run)
+    assert svc.demand is not None
+    learned = svc.demand.state
+
+    # a cluster just back: the lease answers, the state bucket not yet (twice)
+    from planner_predictor import service as predictor_service
+
+    unanswered = 2
+
+    async def slow_kv(bucket: Any, k: str) -> bytes | None:
+        nonlocal unanswered
+        if k == key and unanswered > 0:
+            unanswered -= 1
+            raise TimeoutError
+        return await kv_raw(bucket, k)
+
+    monkeypatch.setattr(predictor_service, "kv_raw", slow_kv)
+    monkeypatch.setattr(predictor_service, "_STATE_RETRY_S", 0.4)
+    svc, run = await start(make_settings(nats_server.url))
+    try:
+        assert metric(svc, "planner_demand_state_restores_total", {"outcome": "unreachable"}) == 1
+        await feeder.send(3)  # learned alone meanwhile; its saves must not replace the unread state
+        await asyncio.sleep(0.3)
+        assert metric(svc, "planner_demand_state_saves_total", {"result": "deferred"}) >= 1
+        back, _, _ = restore_state(await kv_raw(kv, key), NS, time.time(), 900.0)
+        assert back == learned
+        deadline = time.monotonic() + 10
+        while not metric(svc, "planner_demand_state_restores_total", {"outcome": "restored"}):
+            assert time.monotonic() < deadline, "the unanswered read was never tried again"
+            await asyncio.sleep(0.05)
+        assert unanswered == 0 and svc.demand is not None and svc.demand.state == learned
+        saves = metric(svc, "planner_demand_state_saves_total", {"result": "saved"})
+        while metric(svc, "planner_demand_state_saves_total", {"result": "saved"}) == saves:
+            assert time.monotonic() < deadline, "saving never resumed after the read"
+            await asyncio.sleep(0.05)
+    finally:
+        await stop(svc, run)

@@ -68,10 +68,25 @@ def test_the_predictors_state_reads_come_from_its_log() -> None:
         {"event": "demand_state_not_restored", "outcome": "absent"},
         {"event": "forecast_published"},
         {"event": "demand_state_restored", "samples": 40},
+        {"event": "role_active"},
         {"event": "demand_state_not_read", "detail": "timeout"},
+        {"event": "role_active"},
         {"event": "demand_state_not_restored", "outcome": "kept_own"},
     ]
     assert checks.demand_state_reads(log) == ["absent", "restored", "unreachable", "kept_own"]
+
+
+def test_a_retried_read_counts_by_its_answer_within_the_activation() -> None:
+    log = [
+        {"event": "role_active"},
+        {"event": "demand_state_not_restored", "outcome": "absent"},
+        {"event": "role_active"},
+        {"event": "demand_state_not_read", "detail": "timeout"},
+        {"event": "demand_state_restored", "samples": 40, "attempt": 3},
+        {"event": "role_active"},
+        {"event": "demand_state_not_read", "detail": "timeout"},
+    ]
+    assert checks.demand_state_reads(log) == ["absent", "restored", "unreachable"]
 
 
 @pytest.mark.parametrize(

@@ -274,14 +274,27 @@ _READ_EVENTS = {"demand_state_restored": "restored", "demand_state_not_read": "u
 
 
 def demand_state_reads(log: Iterable[dict[str, Any]]) -> list[str]:
-    """The outcomes of the predictor's reads of its saved demand state, from its log."""
-    out = []
+    """The outcome of each activation's read of the saved demand state, from the predictor's log: a
+    read KV did not answer stays ``unreachable`` unless a retry within the same activation (before
+    the next ``role_active``) got an answer, whose outcome replaces it."""
+    out: list[str] = []
+    retrying = False
     for e in log:
         event = str(e.get("event", ""))
+        if event == "role_active":
+            retrying = False
+            continue
         if event in _READ_EVENTS:
-            out.append(_READ_EVENTS[event])
+            outcome = _READ_EVENTS[event]
         elif event == "demand_state_not_restored":
-            out.append(str(e.get("outcome", "unknown")))
+            outcome = str(e.get("outcome", "unknown"))
+        else:
+            continue
+        if retrying:
+            out[-1] = outcome
+        else:
+            out.append(outcome)
+        retrying = outcome == "unreachable"
     return out
 
 

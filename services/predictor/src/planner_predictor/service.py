@@ -39,6 +39,7 @@ from planner_runtime.bus import kv_raw
 from planner_runtime.service import Service, run_service
 
 _STATE_LOAD_TIMEOUT_S = 2.0
+_STATE_RETRY_S = 2.0
 """How long a newly active predictor waits for its saved demand state (a JetStream read can hang
 through a cluster's leader election) before it goes on with what it learned itself."""
 
@@ -102,7 +103,10 @@ class PredictorMetrics:
             registry=r,
         )
         self.state_saves = Counter(
-            "planner_demand_state_saves", "Saves of the learned demand state to KV, by result", ["result"],
+            "planner_demand_state_saves",
+            "Saves of the learned demand state to KV, by result (saved, failed, deferred: the saved"
+            " one not read yet)",
+            ["result"],
             registry=r,
         )  # fmt: skip
         self.state_restores = Counter(
@@ -141,6 +145,7 @@ class PredictorService(Service[PredictorSettings]):
         self._http: httpx.AsyncClient | None = None
         self._prom: PrometheusTraffic | None = None
         self.fleet: FleetTraffic | None = None
+        self._state_unread = False
 
     async def setup(self) -> None:
         s = self.settings
@@ -169,7 +174,9 @@ class PredictorService(Service[PredictorSettings]):
 
     async def activate(self) -> None:
         if self.demand is not None:
-            await self._load_demand_state()
+            self._state_unread = True
+            if not await self._load_demand_state(attempt=1):
+                self.spawn(self._retry_demand_state(), "load_state", active=True)
             self.every(
                 self.settings.state_save_interval_s, self._save_demand_state, "save_state", active=True
             )
@@ -200,20 +207,34 @@ class PredictorService(Service[PredictorSettings]):
     def _demand_state_key(self) -> str:
         return self.subjects.state_key("predictor", "demand_state")
 
-    async def _load_demand_state(self) -> None:
+    async def _retry_demand_state(self) -> None:
+        """Read the saved demand state again until KV answers (a cluster that has just come back
+        answers the lease seconds before the state bucket); cancelled with the lease."""
+        attempt = 1
+        while True:
+            await asyncio.sleep(_STATE_RETRY_S)
+            attempt += 1
+            if await self._load_demand_state(attempt):
+                return
+
+    async def _load_demand_state(self, attempt: int) -> bool:
         """On activation: the saved demand state, when it has learned more samples than this instance
-        has (a restart; a standby that ran alongside keeps its own, which is as long and newer)."""
+        has (a restart; a standby that ran alongside keeps its own, which is as long and newer).
+        False when KV did not answer: this instance forecasts from its own state meanwhile, and does
+        not save it over the one it has not read yet."""
         assert self.demand is not None
         key = self._demand_state_key()
         try:
             raw = await asyncio.wait_for(kv_raw(self.state_kv, key), _STATE_LOAD_TIMEOUT_S)
         except (nats.errors.Error, TimeoutError) as exc:
-            self.metrics.state_restores.labels("unreachable").inc()
-            self.log.warning(
-                "demand_state_not_read", key=key, detail=str(exc) or type(exc).__name__,
-                learned_samples=self.demand.state.prefill.samples,
-            )  # fmt: skip
-            return
+            if attempt == 1:
+                self.metrics.state_restores.labels("unreachable").inc()
+                self.log.warning(
+                    "demand_state_not_read", key=key, detail=str(exc) or type(exc).__name__,
+                    learned_samples=self.demand.state.prefill.samples, retry_every_s=_STATE_RETRY_S,
+                )  # fmt: skip
+            return False
+        self._state_unread = False
         s = self.settings
         saved, outcome, detail = restore_state(raw, s.namespace, time.time(), s.state_max_age_s)
         async with self._state_lock:
@@ -226,14 +247,19 @@ class PredictorService(Service[PredictorSettings]):
         if outcome == "restored" and saved is not None:
             self.log.info(
                 "demand_state_restored", key=key, detail=detail, samples=saved.prefill.samples,
+                attempt=attempt,
                 errors=len(saved.prefill.errors), season_samples=saved.prefill.period,
             )  # fmt: skip
         else:
             log = self.log.warning if outcome in ("invalid", "version", "namespace") else self.log.info
-            log("demand_state_not_restored", key=key, outcome=outcome, detail=detail)
+            log("demand_state_not_restored", key=key, outcome=outcome, detail=detail, attempt=attempt)
+        return True
 
     async def _save_demand_state(self) -> None:
         if self.demand is None or not self.is_active:
+            return
+        if self._state_unread:
+            self.metrics.state_saves.labels("deferred").inc()
             return
         async with self._state_lock:
             data = encode_state(self.demand.state, self.settings.namespace, time.time())
