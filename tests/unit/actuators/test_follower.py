@@ -336,3 +336,87 @@ async def test_a_decision_is_taken_only_once_its_state_is_saved() -> None:
         (3, "superseded", "superseded by decision 4"),
         (4, "failed", "too_big"),
     ]
+
+
+class MemKV:
+    """A KV bucket in memory, as the follower uses it; ``down`` makes every call time out."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[bytes, int]] = {}
+        self.revision = 0
+        self.down = False
+
+    async def get(self, key: str) -> Any:
+        import nats
+        from nats.js.errors import KeyNotFoundError
+
+        if self.down:
+            raise nats.errors.TimeoutError
+        if key not in self.entries:
+            raise KeyNotFoundError
+        value, rev = self.entries[key]
+        return type("Entry", (), {"value": value, "revision": rev, "operation": None})()
+
+    async def put(self, key: str, value: bytes) -> int:
+        import nats
+
+        if self.down:
+            raise nats.errors.TimeoutError
+        self.revision += 1
+        self.entries[key] = (value, self.revision)
+        return self.revision
+
+
+@pytest.mark.parametrize("someone_saved_since", [False, True])
+async def test_changes_not_saved_in_an_outage_are_saved_later_and_survive_a_retaken_lease(
+    someone_saved_since: bool,
+) -> None:
+    """A NATS outage: the decision's start fails for good, so desired falls back to what runs, and
+    the state cannot be saved. The same instance takes its lease back: it keeps its own state (the
+    saved one would bring back the target it gave up), unless another holder saved since."""
+    b = MemBackend()
+    kv = MemKV()
+    f = Follower(b)
+    f._kv = kv  # type: ignore[assignment]
+    await f._accept(decision(1, prefill=2))
+    await f._pass()
+    await f._pass()
+    assert f.desired == {"prefill": 2} and f.completed_decision_id == 1
+    await f._accept(decision(2, prefill=4))
+    kv.down = True
+    b.fail_start = ActuationError("quota exceeded", transient=False)
+    await f._pass()  # gives up: desired back to the 2 running, decision 2 failed, not saved
+    assert f.desired == {"prefill": 2} and f.sent[-1][:2] == (2, "failed") and f._dirty
+    if someone_saved_since:
+        kv.down = False
+        other = Follower(b)
+        other._kv = kv  # type: ignore[assignment]
+        await other._reload(kv)  # type: ignore[arg-type]
+        other.desired["prefill"] = 3
+        await other._persist()
+    kv.down = False
+    await f._reload(kv)  # type: ignore[arg-type]
+    assert f.desired == {"prefill": 3 if someone_saved_since else 2}
+    if not someone_saved_since:
+        assert not f._dirty and f.completed_decision_id == 2
+        g = Follower(b)  # what a new instance would load
+        await g._reload(kv)
+        assert g.desired == {"prefill": 2} and g.completed_decision_id == 2
+
+
+async def test_a_failed_save_is_made_on_the_next_pass() -> None:
+    b = MemBackend()
+    kv = MemKV()
+    f = Follower(b)
+    f._kv = kv  # type: ignore[assignment]
+    await f._accept(decision(1, prefill=1))
+    kv.down = True
+    await f._pass()  # started
+    await f._pass()  # ready: completed, not saved
+    assert f._dirty and f.completed_decision_id == 1
+    kv.down = False
+    await f._pass()  # nothing changed in this pass, but the unsaved state goes out
+    assert not f._dirty
+    g = Follower(b)
+    await g._reload(kv)
+    assert g.completed_decision_id == 1 and set(g.workers) == {"prefill-0"}

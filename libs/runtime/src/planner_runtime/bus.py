@@ -431,6 +431,18 @@ async def kv_raw(kv: KeyValue, key: str) -> bytes | None:
     return bytes(entry.value)
 
 
+async def kv_get_rev(kv: KeyValue, key: str, kind: type[T]) -> tuple[T | None, int | None]:
+    """The value at ``key`` decoded as ``kind`` and its revision (the revision of a delete marker;
+    None when the key never was). DecodeError if corrupt."""
+    try:
+        entry = await kv.get(key)
+    except KeyNotFoundError:
+        return None, None
+    if entry.value is None or entry.operation in ("DEL", "PURGE"):
+        return None, entry.revision
+    return decode(bytes(entry.value), kind), entry.revision
+
+
 async def kv_get(kv: KeyValue, key: str, kind: type[T]) -> T | None:
     """The value at ``key`` decoded as ``kind``; None when absent or deleted. DecodeError if corrupt."""
     raw = await kv_raw(kv, key)

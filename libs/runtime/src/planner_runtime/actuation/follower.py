@@ -51,7 +51,7 @@ from planner_runtime.actuation.records import (
     Seen,
     WorkerRecord,
 )
-from planner_runtime.bus import Bus, kv_get, kv_put
+from planner_runtime.bus import Bus, kv_get_rev, kv_put
 from planner_runtime.decisions import DecisionFeed, StatusPublisher, on_takeover, select
 
 KNOWN_COMPONENTS = frozenset(c.value for c in Component)
@@ -116,6 +116,10 @@ class DecisionFollower:
         """The replica status as the last control pass left it (published by :meth:`status_loop`
         while a pass is stuck on an unanswered NATS call)."""
         self._pass_since: float | None = None
+        self._saved_rev: int | None = None
+        """KV revision of the state this instance last saved or loaded."""
+        self._dirty = False
+        """The state changed since the last save that succeeded (a save failed: NATS down)."""
         self._reset(FollowerState())
 
     def _reset(self, st: FollowerState) -> None:
@@ -152,15 +156,7 @@ class DecisionFollower:
         self._pass_since = clock()
         try:
             async with self.mutex:
-                try:
-                    stored = await kv_get(kv, self.state_key, FollowerState)
-                except DecodeError as exc:
-                    self.log.error("state_corrupt", key=self.state_key, error=str(exc))
-                    stored = None
-                self._reset(stored or FollowerState())
-                self.log.info(
-                    "state_loaded", workers=len(self.workers), last_decision_id=self.last_decision_id
-                )
+                await self._reload(kv)
                 await self._guarded_pass()
                 self._snapshot = self.replica_status()
                 with contextlib.suppress(nats.errors.Error, OSError):
@@ -171,6 +167,27 @@ class DecisionFollower:
         finally:
             self._pass_since = None
         self.feed = feed
+
+    async def _reload(self, kv: KeyValue) -> None:
+        """The persisted state, unless this instance holds changes it could not save and nobody has
+        saved since (it lost the lease in a NATS outage and took it back): then its own, saved now.
+        Reloading the older entry would bring back a desired count it had given up or finished."""
+        try:
+            stored, rev = await kv_get_rev(kv, self.state_key, FollowerState)
+        except DecodeError as exc:
+            self.log.error("state_corrupt", key=self.state_key, error=str(exc))
+            stored, rev = None, -1
+        if self._dirty and rev == self._saved_rev:
+            self._reset(self._state())
+            self.log.info(
+                "state_kept_own", workers=len(self.workers), last_decision_id=self.last_decision_id,
+                reason="unsaved_changes",
+            )  # fmt: skip
+            await self._persist()
+            return
+        self._reset(stored or FollowerState())
+        self._saved_rev, self._dirty = rev, False
+        self.log.info("state_loaded", workers=len(self.workers), last_decision_id=self.last_decision_id)
 
     async def deactivate(self) -> None:
         """The lease is lost: whoever holds it now owns the workers and the decisions."""
@@ -373,7 +390,7 @@ class DecisionFollower:
         changed = await self._sync(seen)
         changed |= await self._drains(seen)
         changed |= await self._scale()
-        if changed:
+        if changed or self._dirty:
             await self._persist()
         self._gauges()
         await self._check_completion()
@@ -562,19 +579,25 @@ class DecisionFollower:
             external_change=self.external_change,
         )
 
-    async def _persist(self, strict: bool = False) -> None:
-        """Save the state to KV; a failure is logged (and raised with ``strict``)."""
-        if self._kv is None:
-            return
-        state = FollowerState(
+    def _state(self) -> FollowerState:
+        return FollowerState(
             workers=dict(self.workers),
             desired=dict(self.desired),
             last_decision_id=self.last_decision_id,
             completed_decision_id=self.completed_decision_id,
         )
+
+    async def _persist(self, strict: bool = False) -> None:
+        """Save the state to KV; a failure is logged (and raised with ``strict``), and the state is
+        saved again on the next control pass."""
+        if self._kv is None:
+            return
         try:
-            await kv_put(self._kv, self.state_key, state)
+            self._saved_rev = await kv_put(self._kv, self.state_key, self._state())
         except (nats.errors.Error, OSError) as exc:
+            self._dirty = True
             self.log.warning("state_persist_failed", error=str(exc) or type(exc).__name__)
             if strict:
                 raise
+            return
+        self._dirty = False
