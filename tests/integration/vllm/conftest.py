@@ -7,6 +7,7 @@ test` runs it first). Without it these tests skip with a message saying how to g
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -67,3 +68,6 @@ def vllm_server(vllm_python: Path, tmp_path: Path) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+        # the engine's multiprocessing resource tracker ignores SIGTERM and outlives it
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -72,6 +72,35 @@ def test_a_managed_process_that_ignores_sigterm_is_killed() -> None:
     assert proc.returncode == -signal.SIGKILL
 
 
+def test_what_a_child_in_its_own_session_leaves_behind_is_killed_with_it() -> None:
+    """A vLLM in its own session exits on SIGTERM; its multiprocessing resource tracker ignores
+    SIGTERM and would outlive it."""
+    code = (
+        "import signal, subprocess, sys, time\n"
+        "leftover = subprocess.Popen([sys.executable, '-c',"
+        " 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+        "print(leftover.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = ManagedProcess.start([sys.executable, "-c", code], stdout=subprocess.PIPE, new_session=True)
+    assert proc.popen.stdout is not None
+    leftover = int(proc.popen.stdout.readline())
+    assert proc.stop(timeout_s=10) is False
+    deadline = time.monotonic() + 5
+    while _alive(leftover):
+        assert time.monotonic() < deadline, "the child's leftover process outlived it"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, killed and waiting for init to reap it, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_wait_for_port_gives_up_when_the_process_exits() -> None:
     proc = _python("raise SystemExit(3)")
     started = time.monotonic()

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import signal
 import socket
@@ -107,8 +109,11 @@ class ManagedProcess:
     this process, which then stops the child in its own order.
     """
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], own_group: bool = False) -> None:
         self.popen = popen
+        self.own_group = own_group
+        """The child leads its own process group (``new_session``): what it leaves behind (a
+        Python ``multiprocessing`` resource tracker ignores SIGTERM) is killed with it."""
 
     @classmethod
     def start(
@@ -130,7 +135,7 @@ class ManagedProcess:
             start_new_session=new_session,
             preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )
-        return cls(popen)
+        return cls(popen, own_group=new_session)
 
     @property
     def pid(self) -> int:
@@ -162,10 +167,18 @@ class ManagedProcess:
                 self.popen.kill()
                 self.popen.wait(timeout=kill_wait_s)
                 killed = True
+        self._kill_group()
         return killed
+
+    def _kill_group(self) -> None:
+        """SIGKILL whatever is left of the child's own process group once the child has exited."""
+        if self.own_group and self.popen.poll() is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
 
     def kill(self, wait_s: float = 5.0) -> None:
         """SIGKILL now, as a crash would."""
         if self.popen.poll() is None:
             self.popen.kill()
             self.popen.wait(timeout=wait_s)
+        self._kill_group()
