@@ -31,7 +31,7 @@ from planner_proto.generate import GenerateRequest, TokenChunk
 from planner_proto.load import WorkerLoad, WorkerLoadSample
 from planner_proto.state import ComponentSnapshot, LatencyModel
 from planner_proto.subjects import Subjects
-from planner_proto.traffic import LoadForecast, TrafficSample
+from planner_proto.traffic import LatencyHistogram, LoadForecast, TrafficSample
 
 __all__ = [
     "DEMAND_FORECAST_VERSION",
@@ -49,6 +49,7 @@ __all__ = [
     "ForwardPassMetrics",
     "FrameError",
     "GenerateRequest",
+    "LatencyHistogram",
     "LatencyModel",
     "LoadForecast",
     "QueuedRequestMetrics",

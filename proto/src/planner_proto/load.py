@@ -91,3 +91,8 @@ class WorkerLoadSample(msgspec.Struct, frozen=True, kw_only=True):
     """Appended: the engine's capabilities when it is not in ``planner_engines`` (a static list entry:
     from the list, or read from the engine's own metrics); None for registered engines (their entry
     carries them) and where nothing says (the worker is then counted without capabilities)."""
+    tpot_bucket_le_s: tuple[float, ...] = ()
+    tpot_bucket_counts: tuple[NonNegFloat, ...] = ()
+    """Appended: the per-request mean time per output token histogram's buckets (vLLM
+    ``request_time_per_output_token_seconds``), as the TTFT ones: what a request's ITL target is
+    judged on (the inter-token histogram counts every gap, not requests)."""

@@ -2,12 +2,41 @@
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Sequence
 from typing import Annotated
 
 import msgspec
 from msgspec import Meta
 
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
+
+
+TTFT_BOUNDS_MS = (1.0, 5.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 250.0, 500.0, 750.0, 1000.0, 2500.0,
+                  5000.0, 7500.0, 10000.0, 20000.0, 40000.0, 80000.0, 160000.0, 640000.0, 2560000.0)  # fmt: skip
+"""vLLM's ``time_to_first_token_seconds`` bucket bounds (0.32), in ms."""
+TPOT_BOUNDS_MS = (10.0, 25.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 400.0, 500.0, 750.0, 1000.0,
+                  2500.0, 5000.0, 7500.0, 10000.0, 20000.0, 40000.0, 80000.0)  # fmt: skip
+"""vLLM's ``request_time_per_output_token_seconds`` bucket bounds (0.32), in ms."""
+
+
+class LatencyHistogram(msgspec.Struct, frozen=True, kw_only=True):
+    """Requests of one interval by latency, as the increase of a Prometheus histogram over it:
+    ``counts[i]`` requests at or under ``bounds_ms[i]`` (cumulative, bounds ascending), ``total``
+    all of them (the ``+Inf`` bucket)."""
+
+    bounds_ms: list[NonNegFloat]
+    counts: list[NonNegFloat]
+    total: NonNegFloat
+
+    @classmethod
+    def of(cls, values_ms: Sequence[float], bounds_ms: Sequence[float]) -> LatencyHistogram | None:
+        """The histogram of measured latencies (None for none)."""
+        if not values_ms:
+            return None
+        xs = sorted(values_ms)
+        counts = [float(bisect.bisect_right(xs, b)) for b in bounds_ms]
+        return cls(bounds_ms=list(bounds_ms), counts=counts, total=float(len(xs)))
 
 
 class TrafficSample(msgspec.Struct, frozen=True, kw_only=True):
@@ -28,6 +57,12 @@ class TrafficSample(msgspec.Struct, frozen=True, kw_only=True):
     mean_request_duration_s: NonNegFloat | None = None
     num_failed: NonNegFloat = 0.0
     source: str = "loadgen"
+    ttft_histogram: LatencyHistogram | None = None
+    """The requests that got their first token in the interval, by TTFT (vLLM's
+    ``time_to_first_token_seconds``; a frontend's TTFT histogram)."""
+    itl_histogram: LatencyHistogram | None = None
+    """The requests that finished in the interval, by their mean inter-token latency (vLLM's
+    ``request_time_per_output_token_seconds``)."""
 
 
 class LoadForecast(msgspec.Struct, frozen=True, kw_only=True):

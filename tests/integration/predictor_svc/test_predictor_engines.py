@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from planner_core.policy.calibration import share_within
 from planner_predictor.service import PredictorService
 from planner_predictor.settings import PredictorSettings
 from planner_proto import LoadForecast, Subjects, TrafficSample, WorkerLoadSample
@@ -41,6 +42,12 @@ ADVANCING = {
     r"vllm:request_generation_tokens_sum\{[^}]*\}": OSL,
 }
 """Series that grow per request finished (count series by 1, token series by the request's tokens)."""
+TTFT_S, TPOT_S = 0.03, 0.02
+"""Every request's TTFT and mean time per output token: the histograms' buckets from there up grow."""
+BUCKETS = {
+    "vllm:time_to_first_token_seconds": TTFT_S,
+    "vllm:request_time_per_output_token_seconds": TPOT_S,
+}
 
 
 class AdvancingVllm(FakeMetricsServer):
@@ -62,6 +69,16 @@ class AdvancingVllm(FakeMetricsServer):
             text = re.sub(
                 rf"^({pattern}) (\S+)$",
                 lambda m, k=per_request: f"{m.group(1)} {self.base * float(m.group(2)) + done * k}",
+                text,
+                flags=re.MULTILINE,
+            )
+        for name, latency in BUCKETS.items():
+            text = re.sub(
+                rf'^({re.escape(name)}_bucket{{[^}}]*le="([^"]+)"[^}}]*}}) (\S+)$',
+                lambda m, x=latency: (
+                    f"{m.group(1)} "
+                    f"{self.base * float(m.group(3)) + (done if float(m.group(2)) >= x else 0.0)}"
+                ),
                 text,
                 flags=re.MULTILINE,
             )
@@ -104,6 +121,12 @@ async def test_engine_counters_make_traffic_and_forecasts(
             assert got.source == "engines" and got.num_requests == pytest.approx(2 * RATE, rel=0.25)
             assert got.mean_isl_tokens == pytest.approx(ISL, rel=0.02)
             assert got.mean_osl_tokens == pytest.approx(OSL, rel=0.02)
+            # the latency histograms summed over the engines: every request at 30 ms TTFT, 20 ms TPOT
+            ttft, tpot = got.ttft_histogram, got.itl_histogram
+            assert ttft is not None and tpot is not None
+            assert ttft.total == pytest.approx(got.num_requests, rel=0.02)
+            assert share_within(ttft, 40.0) == pytest.approx(1.0) and share_within(ttft, 20.0) == 0.0
+            assert share_within(tpot, 25.0) == pytest.approx(1.0) and share_within(tpot, 10.0) == 0.0
             fc = await forecasts.wait(lambda f: f.reason == "" and f.num_requests is not None, timeout_s=20)
             assert fc.num_requests == pytest.approx(2 * RATE, rel=0.3)
             assert fc.mean_isl_tokens == pytest.approx(ISL, rel=0.05)

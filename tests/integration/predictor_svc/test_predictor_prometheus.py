@@ -22,6 +22,7 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
+from planner_core.policy.calibration import share_within
 from planner_predictor.prometheus import PrometheusTraffic, PromQueryError
 from planner_predictor.service import PredictorService
 from planner_predictor.settings import PredictorSettings
@@ -173,6 +174,12 @@ async def test_promql_readings_match_the_exporter(
         assert m1.means["isl"] == pytest.approx(2000, rel=1e-6)
         assert m1.means["osl"] == pytest.approx(200, rel=1e-6)
         assert m1.means["duration"] == pytest.approx(3.0, rel=1e-6)
+        # the TTFT histogram whole: half the requests at 0.1 s, half at 0.3 s
+        h = m1.histograms["ttft"]
+        assert h is not None and h.total == pytest.approx(m1.num_requests, rel=1e-6)
+        assert share_within(h, 100.0) == pytest.approx(0.5, rel=1e-6)
+        assert share_within(h, 250.0) == pytest.approx(0.5, rel=1e-6)
+        assert share_within(h, 500.0) == pytest.approx(1.0, rel=1e-6)
 
         both = await reader().read(now, 30.0)
         assert both.num_requests is not None and 50 <= both.num_requests <= 50 * over
@@ -180,6 +187,7 @@ async def test_promql_readings_match_the_exporter(
 
         idle = await reader(model="idle").read(now, 30.0)  # series present, no increase: zero traffic
         assert idle.num_requests == 0.0 and all(v is None for v in idle.means.values())
+        assert idle.histograms == {"ttft": None}  # no request in the window: no histogram
         absent = await reader(model="nope").read(now, 30.0)  # no series at all: unknown
         assert absent.num_requests is None and all(v is None for v in absent.means.values())
         with pytest.raises(PromQueryError) as exc:
@@ -225,6 +233,8 @@ async def test_promql_readings_match_the_exporter(
         assert 40 <= samples[0].num_requests <= 40 * over
         assert samples[0].mean_ttft_ms == pytest.approx(200.0, rel=1e-6)
         assert samples[0].mean_request_duration_s == pytest.approx(3.0, rel=1e-6)
+        assert samples[0].ttft_histogram is not None
+        assert share_within(samples[0].ttft_histogram, 250.0) == pytest.approx(0.5, rel=1e-6)
         fc = forecasts[0]
         assert fc.reason == "" and fc.num_requests == pytest.approx(samples[0].num_requests)
         assert fc.mean_isl_tokens == pytest.approx(2000, rel=1e-6)

@@ -1,7 +1,8 @@
 """The whole loop on real vLLM servers with nothing but their own endpoints (``planner demo --engine
 vllm``): actuator-circus starts each engine through ``planner register`` (capabilities from the engine),
 the relay scrapes their stock /metrics (no FPM anywhere), the predictor counts the traffic from the
-engines' own request and token counters (the loadgen publishes none: it is a plain HTTP client), and the
+engines' own request and token counters and latency histograms (the loadgen publishes none: it is a
+plain HTTP client), and the
 default ``combined`` policy (no profile: its floor from the learned model) scales 1 -> 2 under load and
 back to 1 after it, every decision acked ``completed``, no request failed, the scale-down a drain."""
 
@@ -28,6 +29,9 @@ async def test_real_vllm_fleet_scales_up_and_down_on_its_own_endpoints(
     assert fig["model_sources"] == ["scraped"], detail  # learned from vLLM's /metrics alone
     assert fig["traffic_sources"] == ["engines"], detail  # traffic from the engines' counters only
     assert fig["traffic_requests"] > 0.5 * fig["ok"], detail
+    # the engines' own TTFT and per-request time-per-output-token histograms reached the decider
+    assert fig["slo_ttft_requests"] > 0.5 * fig["ok"], detail
+    assert fig["slo_itl_requests"] > 0.5 * fig["ok"], detail
     targets = [d["agg"] for d in fig["decisions"]]
     assert 2 in targets, detail
     assert targets[-1] == 1 and targets.index(2) < len(targets) - 1, detail

@@ -206,3 +206,41 @@ def test_parse_ready(text: str, expected: dict[str, int]) -> None:
 def test_parse_ready_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="--ready"):
         parse_ready(text)
+
+
+def test_the_slo_counters_count_the_requests_within_the_deciders_targets() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from planner_decider.metrics import DeciderMetrics
+    from planner_proto import LatencyHistogram, TrafficSample
+
+    r = CollectorRegistry()
+    m = DeciderMetrics(r)
+    ttft = LatencyHistogram(bounds_ms=[250.0, 500.0, 1000.0], counts=[50.0, 90.0, 99.0], total=100.0)
+    itl = LatencyHistogram(bounds_ms=[25.0, 50.0], counts=[10.0, 38.0], total=40.0)
+    sample = TrafficSample(
+        namespace="t",
+        start_s=0.0,
+        interval_s=30.0,
+        num_requests=100.0,
+        ttft_histogram=ttft,
+        itl_histogram=itl,
+    )
+    m.observe_slo(sample, ttft_target_ms=500.0, itl_target_ms=50.0)
+    m.observe_slo(TrafficSample(namespace="t", start_s=30.0, interval_s=30.0, num_requests=0.0), 500.0, 50.0)
+    broken = LatencyHistogram(
+        bounds_ms=[500.0], counts=[120.0], total=100.0
+    )  # more under a bound than in all
+    m.observe_slo(
+        TrafficSample(namespace="t", start_s=60.0, interval_s=30.0, num_requests=9.0, ttft_histogram=broken),
+        500.0,
+        50.0,
+    )
+
+    def value(name: str, latency: str) -> float | None:
+        return r.get_sample_value(name, {"latency": latency})
+
+    assert value("planner_slo_requests_total", "ttft") == 100.0
+    assert value("planner_slo_requests_within_target_total", "ttft") == 90.0
+    assert value("planner_slo_requests_total", "itl") == 40.0
+    assert value("planner_slo_requests_within_target_total", "itl") == 38.0

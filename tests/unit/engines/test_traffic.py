@@ -122,3 +122,42 @@ def test_fallback_means_from_token_counters() -> None:
     r = fleet.close(60.0, 60.0)
     assert r.sample is not None
     assert (r.sample.mean_isl_tokens, r.sample.mean_osl_tokens) == (200.0, 30.0)
+
+
+BOUNDS = (0.1, 0.5, 1.0)
+
+
+def _hist(
+    t: float, n: float, counts: tuple[float, ...], bounds: tuple[float, ...] = BOUNDS
+) -> EngineCounters:
+    """A vLLM-like engine with a TTFT histogram (cumulative counts per bound, then +Inf)."""
+    return EngineCounters(
+        component="agg", observed_at_s=t, requests=n, prompt_tokens=n * 100, generation_tokens=n * 10,
+        ttft_buckets=(bounds, counts), tpot_buckets=((0.05,), (n, n)),
+    )  # fmt: skip
+
+
+def test_latency_histograms_add_up_per_bound_over_engines() -> None:
+    fleet = FleetTraffic("ns")
+    fleet.add("agg.a", _hist(0, 10, (2, 8, 10, 10)))
+    fleet.add("agg.b", _hist(0, 5, (5, 5, 5, 5)))
+    fleet.add("agg.a", _hist(30, 30, (4, 20, 28, 30)))  # +20: 2 <= 0.1 s, 12 <= 0.5, 18 <= 1, 20
+    fleet.add("agg.b", _hist(30, 15, (5, 10, 14, 15)))  # +10: 0, 5, 9, 10
+    fleet.add("agg.c", _hist(30, 99, (0, 0, 0, 99), bounds=(1.0, 2.0, 3.0)))  # a baseline only
+    r = fleet.close(30.0, 30.0)
+    assert r.sample is not None and r.sample.ttft_histogram is not None
+    h = r.sample.ttft_histogram
+    assert (h.bounds_ms, h.counts, h.total) == ([100.0, 500.0, 1000.0], [2.0, 17.0, 27.0], 30.0)
+    assert r.sample.itl_histogram is not None and r.sample.itl_histogram.total == 30.0
+
+
+def test_histograms_after_a_restart_count_from_zero_and_a_changed_or_shrunk_one_counts_nothing() -> None:
+    fleet = FleetTraffic("ns")
+    fleet.add("agg.a", _hist(0, 50, (10, 40, 50, 50)))
+    fleet.add("agg.a", _hist(30, 4, (1, 3, 4, 4)))  # restarted: its totals from 0
+    r = fleet.close(30.0, 30.0)
+    assert r.sample is not None and r.sample.ttft_histogram is not None
+    assert r.sample.ttft_histogram.counts == [1.0, 3.0, 4.0] and r.sample.ttft_histogram.total == 4.0
+    fleet.add("agg.a", _hist(60, 10, (1, 3, 4, 4), bounds=(0.2, 0.5, 1.0)))  # other bounds
+    fleet.add("agg.a", _hist(90, 20, (1, 2, 4, 4), bounds=(0.2, 0.5, 1.0)))  # a count went down
+    assert fleet.close(90.0, 60.0).sample.ttft_histogram is None  # type: ignore[union-attr]

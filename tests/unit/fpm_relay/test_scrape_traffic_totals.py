@@ -27,6 +27,9 @@ def test_real_vllm_capture_traffic_totals(shared_data: Path) -> None:
     assert (a.requests_total, a.isl_tokens_sum, a.isl_tokens_count) == (21.0, 3438.0, 21.0)
     assert (a.osl_tokens_sum, a.osl_tokens_count) == (1344.0, 21.0)
     assert not [m for m in a.missing if m.startswith(("requests", "isl", "osl"))]
+    # the per-request time-per-output-token histogram: 20 of the 21 at or under 10 ms, all by 25 ms
+    assert a.tpot_bucket_le_s[:3] == (0.01, 0.025, 0.05) and len(a.tpot_bucket_le_s) == 19
+    assert a.tpot_bucket_counts[:2] == (20.0, 21.0) and a.tpot_bucket_counts[-1] == 21.0
     b = read_load("vllm", loaded)
     # mid-load: 72 finished; prompt_tokens_total (60704) also counts the 56 in flight, the histogram not
     assert (b.requests_total, b.isl_tokens_sum, b.osl_tokens_sum) == (72.0, 58008.0, 18432.0)

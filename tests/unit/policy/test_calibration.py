@@ -22,10 +22,12 @@ from planner_core.policy.calibration import (
     record,
     scaled,
     settle,
+    settle_latency,
+    share_within,
 )
 from planner_proto.decision import ComponentReplicas
 from planner_proto.demand import DemandStep
-from planner_proto.traffic import TrafficSample
+from planner_proto.traffic import LatencyHistogram, TrafficSample
 from planner_sim.bench import _profile
 from tests.unit.policy.factories import fed, predictor
 
@@ -138,7 +140,10 @@ def run(shared: Path, calibrate: bool, pattern: list[float]) -> list[tuple[int, 
     """400 req/s times ``pattern[i]`` at sample ``i`` through ``decide``: per sample the prefill floor
     and the share of the spread it sized for."""
     capacity = _profile(str(shared / "dynamo"))[2]
-    cfg = replace(PolicyConfig(), policy=PolicyKind.COMBINED, max_gpu_budget=-1, calibrate_spread=calibrate)
+    cfg = replace(
+        PolicyConfig(), policy=PolicyKind.COMBINED, max_gpu_budget=-1, calibrate_spread=calibrate,
+        calibrate_on="coverage",
+    )  # fmt: skip
     st, demand = PolicyState(), predictor(cfg)
     reps = {c: ComponentReplicas(desired=40, ready=40) for c in ("prefill", "decode")}
     out = []
@@ -165,3 +170,67 @@ def test_inside_decide_covered_floors_narrow_and_a_shortfall_restores_the_spread
     assert sum(f for f, _ in calibrated[40:80]) <= sum(f for f, _ in plain[40:80])
     # the traffic doubles: the floors made before it fall short, the whole spread is back
     assert calibrated[-1][1] == 1.0
+
+
+def hist(bounds: list[float], counts: list[float], total: float) -> LatencyHistogram:
+    return LatencyHistogram(bounds_ms=bounds, counts=counts, total=total)
+
+
+@pytest.mark.parametrize(
+    ("target_ms", "share"),
+    [
+        (500.0, 0.9),  # on a bound: the requests counted at it
+        (50.0, 0.05),  # inside the first bucket: linear from 0
+        (750.0, 0.95),  # halfway between 500 and 1000
+        (5000.0, 1.0),  # past the last bound: the counted ones (all here)
+    ],
+)
+def test_share_within_reads_the_histogram_as_prometheus_does(target_ms: float, share: float) -> None:
+    h = hist([100.0, 500.0, 1000.0], [20.0, 180.0, 200.0], 200.0)
+    assert share_within(h, target_ms) == pytest.approx(share)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        hist([100.0, 500.0], [20.0], 200.0),  # lengths differ
+        hist([500.0, 100.0], [20.0, 180.0], 200.0),  # bounds not ascending
+        hist([100.0, 500.0], [180.0, 20.0], 200.0),  # counts not cumulative
+        hist([100.0, 500.0], [20.0, 300.0], 200.0),  # more under a bound than in all
+        hist([100.0, float("nan")], [20.0, 180.0], 200.0),
+        hist([100.0, 500.0], [0.0, 0.0], 0.0),  # no requests
+    ],
+)
+def test_a_histogram_that_is_not_one_says_nothing(bad: LatencyHistogram) -> None:
+    assert share_within(bad, 500.0) is None
+
+
+def test_latency_misses_within_the_target_share_narrow_and_beyond_it_widen() -> None:
+    cal = SpreadCalibration()
+    for i in range(30):  # 0.5 % misses against a 1 % share: narrows
+        cal = settle_latency(cal, INTERVAL * i, 200.0, 0.995, target=0.99, memory=60)
+    narrowed = cal.scale
+    assert narrowed < 1.0
+    again = settle_latency(cal, INTERVAL * 29, 200.0, 0.0, target=0.99, memory=60)
+    assert again == cal  # a sample settles once
+    cal = settle_latency(cal, INTERVAL * 30, 200.0, 0.9, target=0.99, memory=60)
+    # 10 % misses: 9 points past the share, widened by gamma x 0.09 = 0.15 at once
+    assert cal.scale == pytest.approx(narrowed + 0.09 / (60 * 0.01), rel=0.02)
+    assert coverage(cal) is not None and coverage(cal) < 0.995
+
+
+def test_long_run_latency_misses_land_at_the_target_share() -> None:
+    """Misses that fall as the spread widens (a fleet sized for more of it): the calibrated scale
+    finds the spread where the long-run miss rate is the target's share."""
+    rng = np.random.default_rng(3)
+    cal, missed, total = SpreadCalibration(), 0.0, 0.0
+    for i in range(1, 4001):
+        p_miss = 0.04 * (1.0 - cal.applied) ** 2 + 0.002  # 4.2 % with no spread, 0.2 % with all
+        n = float(rng.poisson(200))
+        m = float(rng.binomial(int(n), p_miss))
+        if i > 500:
+            missed += m
+            total += n
+        cal = settle_latency(cal, INTERVAL * i, n, 1.0 - m / n, target=0.99, memory=60)
+    assert missed / total == pytest.approx(0.01, abs=0.002)
+    assert 0.0 < cal.applied < 1.0

@@ -168,3 +168,21 @@ def test_settings_series_and_labels() -> None:
     assert PredictorSettings(prometheus_model="m").label_filters() == {"model": "m"}
     with pytest.raises(ValueError, match="no request counter"):
         PredictorSettings(source="prometheus", prometheus_series="llamacpp")
+
+
+def test_bucket_answers_become_a_histogram_in_ms() -> None:
+    from planner_predictor.prometheus import PromQueryError, buckets_query, parse_buckets
+
+    def body(pairs: list[tuple[str, str]]) -> dict[str, object]:
+        result = [{"metric": {"le": le}, "value": [0, v]} for le, v in pairs]
+        return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+    h = parse_buckets(body([("+Inf", "40"), ("0.5", "30"), ("0.1", "10")]))
+    assert h is not None and (h.bounds_ms, h.counts, h.total) == ([100.0, 500.0], [10.0, 30.0], 40.0)
+    assert parse_buckets(body([])) is None  # no such series
+    assert parse_buckets(body([("+Inf", "0"), ("0.1", "0")])) is None  # no request in the window
+    assert parse_buckets(body([("0.1", "3")])) is None  # no +Inf bucket
+    with pytest.raises(PromQueryError):
+        parse_buckets(body([("x", "3")]))
+    q = buckets_query("vllm:time_to_first_token_seconds_bucket", {"model_name": "m"}, 30.0)
+    assert q == 'sum by (le) (increase(vllm:time_to_first_token_seconds_bucket{model_name="m"}[30000ms]))'

@@ -35,8 +35,9 @@ from planner_cli.demo import processes, report
 from planner_cli.demo.recorder import Recorder
 from planner_cli.demo.run import read_results
 from planner_cli.demo.view import render
+from planner_core.policy.calibration import share_within
 from planner_loadgen.stats import RequestResult, summarize
-from planner_proto import Subjects
+from planner_proto import Subjects, TrafficSample
 from planner_runtime.bus import Bus
 from planner_runtime.llamacpp.binary import ENV_VAR, find_llama_server
 from planner_runtime.llamacpp.tinymodel import ensure_tiny_llama
@@ -358,6 +359,7 @@ async def run_llamacpp_demo(cfg: LlamaDemoConfig, console: Console) -> dict[str,
             "model_sources": sources,
             "traffic_sources": sorted({t.source for _, t in rec.traffic}),
             "traffic_requests": round(sum(t.num_requests for _, t in rec.traffic if t.num_requests)),
+            **_engines_slo(rec.traffic, cfg.ttft_ms, cfg.itl_ms),
             "timeline": timeline,
             "loadgen_started_s": round(loadgen_at, 2),
             "estimates": [
@@ -431,6 +433,11 @@ def print_engine_summary(figures: dict[str, Any], cfg: LlamaDemoConfig, console:
         ("workers ready: peak / at the end", f"{figures['peak_ready']} / {figures['final_ready']}"),
         ("speed model learned from", ", ".join(figures["model_sources"]) or "-"),
         ("traffic counted by", ", ".join(figures["traffic_sources"]) or "-"),
+        (
+            "within targets, by the traffic's histograms",
+            f"TTFT {_pct(figures['slo_ttft_within_pct'])} of {figures['slo_ttft_requests']}, "
+            f"ITL {_pct(figures['slo_itl_within_pct'])} of {figures['slo_itl_requests']}",
+        ),
     ):
         summary.add_row(name, value)
     console.print(summary)
@@ -439,3 +446,24 @@ def print_engine_summary(figures: dict[str, Any], cfg: LlamaDemoConfig, console:
         f"report: {out / 'report.html'}  chart: {out / 'demo.png'}  figures: {out / 'summary.json'}  "
         f"logs: {out / 'logs'}"
     )
+
+
+def _engines_slo(traffic: list[tuple[float, TrafficSample]], ttft_ms: float, itl_ms: float) -> dict[str, Any]:
+    """What the traffic samples' latency histograms (the engines' own, with ``--engine vllm``) say of
+    the targets: requests measured and the share within, per latency."""
+    out: dict[str, Any] = {}
+    for name, target in (("ttft", ttft_ms), ("itl", itl_ms)):
+        total = within = 0.0
+        for _, t in traffic:
+            h = t.ttft_histogram if name == "ttft" else t.itl_histogram
+            share = share_within(h, target) if h is not None else None
+            if h is not None and share is not None:
+                total += h.total
+                within += share * h.total
+        out[f"slo_{name}_requests"] = round(total)
+        out[f"slo_{name}_within_pct"] = round(100.0 * within / total, 2) if total else None
+    return out
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:g} %"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from planner_proto.traffic import TrafficSample
+from planner_proto.traffic import TPOT_BOUNDS_MS, TTFT_BOUNDS_MS, LatencyHistogram, TrafficSample
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -51,7 +51,8 @@ class RequestLog:
 
 class TrafficMeter:
     """What a frontend reports per interval: arrivals and their lengths, and the latencies of the
-    requests that got their first token / finished in the interval (histogram averages)."""
+    requests that got their first token / finished in the interval (histogram averages, and the
+    histograms with vLLM's buckets)."""
 
     def __init__(self, namespace: str, interval_s: float) -> None:
         self.namespace = namespace
@@ -69,6 +70,8 @@ class TrafficMeter:
         self.itl_n = 0
         self.dur_sum = 0.0
         self.dur_n = 0
+        self.ttft_ms: list[float] = []
+        self.itl_ms: list[float] = []
 
     def arrival(self, isl: int, osl: int) -> None:
         self.count += 1
@@ -78,11 +81,13 @@ class TrafficMeter:
     def first_token(self, ttft_s: float) -> None:
         self.ttft_sum += ttft_s
         self.ttft_n += 1
+        self.ttft_ms.append(ttft_s * 1e3)
 
     def finished(self, itl_s: float | None, duration_s: float) -> None:
         if itl_s is not None:
             self.itl_sum += itl_s
             self.itl_n += 1
+            self.itl_ms.append(itl_s * 1e3)
         self.dur_sum += duration_s
         self.dur_n += 1
 
@@ -100,6 +105,8 @@ class TrafficMeter:
             mean_itl_ms=self.itl_sum / self.itl_n * 1e3 if self.itl_n else None,
             mean_request_duration_s=self.dur_sum / self.dur_n if self.dur_n else None,
             source="sim",
+            ttft_histogram=LatencyHistogram.of(self.ttft_ms, TTFT_BOUNDS_MS),
+            itl_histogram=LatencyHistogram.of(self.itl_ms, TPOT_BOUNDS_MS),
         )
         self.start_s += self.interval_s
         self._reset()

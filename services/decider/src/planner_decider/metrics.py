@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from planner_core.policy.calibration import SpreadCalibration, coverage
-from planner_proto import ComponentReplicas, ComponentSnapshot, LoadForecast, Reason
+from planner_core.policy.calibration import SpreadCalibration, coverage, share_within
+from planner_proto import ComponentReplicas, ComponentSnapshot, LoadForecast, Reason, TrafficSample
 
 
 def mean_ms(values: Iterable[float | None]) -> float | None:
@@ -88,6 +88,20 @@ class DeciderMetrics:
             ["component"],
             registry=r,
         )
+        self.slo_requests = Counter(
+            "planner_slo_requests",
+            "Requests whose latency the traffic samples measured (histograms), by latency (ttft: first"
+            " tokens; itl: finished requests' mean time per output token)",
+            ["latency"],
+            registry=r,
+        )
+        self.slo_within = Counter(
+            "planner_slo_requests_within_target",
+            "Of planner_slo_requests, those at or under this decider's target (ttft_target_ms,"
+            " itl_target_ms; read from the histogram buckets as histogram_quantile reads them)",
+            ["latency"],
+            registry=r,
+        )
         self.demand_lead_mismatch = Counter(
             "planner_decider_demand_lead_mismatch",
             "Demand forecasts whose lead (the predictor's startup_s) differs from this decider's",
@@ -126,6 +140,19 @@ class DeciderMetrics:
             covered = coverage(cal)
             if covered is not None:
                 self.floor_coverage.labels(c).set(covered)
+
+    def observe_slo(self, sample: TrafficSample, ttft_target_ms: float, itl_target_ms: float) -> None:
+        """The sample's requests measured against the targets (nothing for a sample without
+        histograms, or with one that is not one)."""
+        for name, h, target in (
+            ("ttft", sample.ttft_histogram, ttft_target_ms),
+            ("itl", sample.itl_histogram, itl_target_ms),
+        ):
+            within = share_within(h, target) if h is not None else None
+            if h is None or within is None:
+                continue
+            self.slo_requests.labels(name).inc(h.total)
+            self.slo_within.labels(name).inc(h.total * within)
 
     def observe_decision(self, decision_id: int, reasons: Mapping[str, Reason]) -> None:
         self.decision_id.set(decision_id)

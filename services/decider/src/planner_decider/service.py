@@ -225,6 +225,11 @@ class DeciderService(Service[DeciderSettings]):
         self.latest = self.latest.with_demand(fc, time.time())
 
     async def _on_traffic(self, sample: TrafficSample, subject: str) -> None:
+        last = self.latest.traffic
+        if sample.namespace == self.settings.namespace and (
+            last is None or sample.start_s > last.msg.start_s
+        ):
+            self.metrics.observe_slo(sample, self.cfg.ttft_target_ms, self.cfg.itl_target_ms)
         self.latest = self.latest.with_traffic(sample, time.time())
 
     async def _on_replicas(self, status: ReplicaStatus, subject: str) -> None:

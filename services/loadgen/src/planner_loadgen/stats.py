@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import msgspec
 
 from planner_proto import TrafficSample
+from planner_proto.traffic import TPOT_BOUNDS_MS, TTFT_BOUNDS_MS, LatencyHistogram
 
 
 class RequestResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +88,8 @@ class IntervalStats:
             mean_request_duration_s=mean(self.duration, latency_scale),
             num_failed=float(self.failed),
             source="loadgen",
+            ttft_histogram=LatencyHistogram.of([x * 1e3 * latency_scale for x in self.ttft], TTFT_BOUNDS_MS),
+            itl_histogram=LatencyHistogram.of([x * 1e3 * latency_scale for x in self.itl], TPOT_BOUNDS_MS),
         )
 
 

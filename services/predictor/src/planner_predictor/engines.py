@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from planner_core.engines.traffic import EngineCounters
+from planner_core.engines.traffic import Buckets, EngineCounters
 from planner_proto import WorkerLoadSample
 
 
@@ -33,4 +33,10 @@ def counters_of(sample: WorkerLoadSample, component: str) -> EngineCounters:
         ttft_count=sample.ttft_seconds_count,
         itl_sum_s=sample.itl_seconds_sum,
         itl_count=sample.itl_seconds_count,
+        ttft_buckets=_buckets(sample.ttft_bucket_le_s, sample.ttft_bucket_counts),
+        tpot_buckets=_buckets(sample.tpot_bucket_le_s, sample.tpot_bucket_counts),
     )
+
+
+def _buckets(le_s: tuple[float, ...], counts: tuple[float, ...]) -> Buckets | None:
+    return (le_s, counts) if le_s and len(counts) == len(le_s) + 1 else None

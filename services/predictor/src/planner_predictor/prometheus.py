@@ -4,7 +4,9 @@ engines' own series.
 Per interval ``w`` ending at ``now``: the request count is ``sum(increase(R[w]))`` for the first
 request counter ``R`` of the series map with data; each average is ``sum(increase(S[w])) /
 sum(increase(C[w]))`` for a histogram's ``_sum``/``_count`` (TTFT, ITL, ISL, OSL, request duration),
-or a fallback pair of counters (SGLang without length histograms: prompt tokens over requests). A
+or a fallback pair of counters (SGLang without length histograms: prompt tokens over requests). The
+latency histograms come whole, ``sum by (le) (increase(H_bucket[w]))``: TTFT, and where the source
+has one per request, the mean time per output token (vLLM's ``request_time_per_output_token``). A
 query that returns nothing means "unknown" (no such series, or Prometheus has no data yet), never zero
 traffic; an increase of 0 is zero traffic, and its averages are NaN (0/0), i.e. None.
 
@@ -21,7 +23,7 @@ from typing import TypeVar
 
 import httpx
 
-from planner_proto import TrafficSample
+from planner_proto import LatencyHistogram, TrafficSample
 
 COUNT_METRICS = ("requests_total", "requests_started_total")
 HISTOGRAMS = {
@@ -52,6 +54,9 @@ class SeriesMap:
     """Mean key (ttft, itl, isl, osl, duration) -> candidate ratios, first with data wins."""
     model_label: str = "model"
     """The label that names the model (``prometheus_model`` filters on it)."""
+    buckets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Latency (ttft, itl) -> candidate ``_bucket`` series of a per-request histogram, first with
+    data wins (``itl``: a request's mean time per output token, not each gap)."""
 
 
 def dynamo_series(prefix: str, count_metrics: Sequence[str] = COUNT_METRICS) -> SeriesMap:
@@ -59,6 +64,7 @@ def dynamo_series(prefix: str, count_metrics: Sequence[str] = COUNT_METRICS) -> 
     return SeriesMap(
         counts=tuple(f"{prefix}_{n}" for n in count_metrics),
         means={k: (_hist(f"{prefix}_{h}"),) for k, h in HISTOGRAMS.items()},
+        buckets={"ttft": (f"{prefix}_{HISTOGRAMS['ttft']}_bucket",)},
     )
 
 
@@ -76,6 +82,10 @@ ENGINE_SERIES: dict[str, SeriesMap] = {
             "duration": (_hist("vllm:e2e_request_latency_seconds"),),
         },
         model_label="model_name",
+        buckets={
+            "ttft": ("vllm:time_to_first_token_seconds_bucket",),
+            "itl": ("vllm:request_time_per_output_token_seconds_bucket",),
+        },
     ),
     # SGLang: the length histograms only with --collect-tokens-histogram; otherwise the token
     # counters over the request counter give the same means.
@@ -95,6 +105,7 @@ ENGINE_SERIES: dict[str, SeriesMap] = {
             "duration": (_hist("sglang:e2e_request_latency_seconds"),),
         },
         model_label="model_name",
+        buckets={"ttft": ("sglang:time_to_first_token_seconds_bucket",)},
     ),
     # llama-server --metrics has no request counter and no latency histograms: only token counters
     # and the seconds spent on them. Means per token are known, the request count is not (the
@@ -140,16 +151,45 @@ def ratio_query(ratio: Ratio, labels: Mapping[str, str], window_s: float) -> str
     return f"{increase_query(ratio[0], labels, window_s)} / {increase_query(ratio[1], labels, window_s)}"
 
 
-def parse_scalar(body: object) -> float | None:
-    """The single value of an instant-vector answer; None for an empty result. NaN stays NaN."""
+def buckets_query(name: str, labels: Mapping[str, str], window_s: float) -> str:
+    return f"sum by (le) (increase({name}{selector(labels)}[{duration(window_s)}]))"
+
+
+def _result(body: object) -> tuple[str | None, object]:
     if not isinstance(body, dict) or body.get("status") != "success":
         detail = body.get("error", "no status") if isinstance(body, dict) else "not a JSON object"
         raise PromQueryError("error_status", str(detail)[:200])
     data = body.get("data")
     if not isinstance(data, dict):
         raise PromQueryError("bad_response", "no data")
-    result = data.get("result")
-    if data.get("resultType") == "scalar" and isinstance(result, list) and len(result) == 2:
+    return data.get("resultType"), data.get("result")
+
+
+def parse_buckets(body: object) -> LatencyHistogram | None:
+    """A ``sum by (le)`` answer as a histogram in ms; None for an empty result (no such series, or
+    no request in the window) or one without a ``+Inf`` bucket."""
+    _, result = _result(body)
+    if not isinstance(result, list):
+        raise PromQueryError("bad_response", "result is not a list")
+    by_le: dict[float, float] = {}
+    try:
+        for item in result:
+            by_le[float(item["metric"]["le"])] = float(item["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise PromQueryError("bad_response", repr(exc)) from None
+    total = by_le.pop(math.inf, None)
+    if total is None or not math.isfinite(total) or total <= 0:
+        return None
+    bounds = sorted(by_le)
+    return LatencyHistogram(
+        bounds_ms=[b * 1000.0 for b in bounds], counts=[max(by_le[b], 0.0) for b in bounds], total=total
+    )
+
+
+def parse_scalar(body: object) -> float | None:
+    """The single value of an instant-vector answer; None for an empty result. NaN stays NaN."""
+    kind, result = _result(body)
+    if kind == "scalar" and isinstance(result, list) and len(result) == 2:
         return float(result[1])
     if not isinstance(result, list):
         raise PromQueryError("bad_response", "result is not a list")
@@ -172,6 +212,7 @@ class Reading:
     num_requests: float | None
     means: dict[str, float | None]
     errors: tuple[str, ...] = ()
+    histograms: dict[str, LatencyHistogram | None] = field(default_factory=dict)
 
 
 class PrometheusTraffic:
@@ -194,8 +235,29 @@ class PrometheusTraffic:
         self.timeout_s = timeout_s
         self.count_metrics = list(series.counts)
         self.mean_ratios = {k: list(v) for k, v in series.means.items()}
+        self.bucket_series = {k: list(v) for k, v in series.buckets.items()}
 
     async def query(self, promql: str, at_s: float) -> float | None:
+        return parse_scalar(await self._get(promql, at_s))
+
+    async def histogram(
+        self, key: str, now_s: float, window_s: float, errors: list[str]
+    ) -> LatencyHistogram | None:
+        """The first candidate of ``key`` with data (asked first next time)."""
+        tried = self.bucket_series.get(key, [])
+        for name in list(tried):
+            try:
+                h = parse_buckets(await self._get(buckets_query(name, self.labels, window_s), now_s))
+            except PromQueryError as exc:
+                errors.append(f"{key}_buckets:{exc.kind}")
+                continue
+            if h is not None:
+                tried.remove(name)
+                tried.insert(0, name)
+                return h
+        return None
+
+    async def _get(self, promql: str, at_s: float) -> object:
         try:
             resp = await self.client.get(
                 self.url, params={"query": promql, "time": f"{at_s:.3f}"}, timeout=self.timeout_s
@@ -205,10 +267,10 @@ class PrometheusTraffic:
         except httpx.HTTPError as exc:
             raise PromQueryError("transport", str(exc) or type(exc).__name__) from None
         try:
-            body = resp.json()
+            body: object = resp.json()
         except ValueError:
             raise PromQueryError("http", f"HTTP {resp.status_code}, not JSON") from None
-        return parse_scalar(body)
+        return body
 
     async def _first(
         self,
@@ -257,7 +319,8 @@ class PrometheusTraffic:
         errors: list[str] = []
         count = await self.count(now_s, window_s, errors)
         means = {key: await self.mean(key, now_s, window_s, errors) for key in MEAN_KEYS}
-        return Reading(count, means, tuple(errors))
+        hists = {key: await self.histogram(key, now_s, window_s, errors) for key in self.bucket_series}
+        return Reading(count, means, tuple(errors), hists)
 
 
 def sample_of(reading: Reading, *, namespace: str, now_s: float, window_s: float) -> TrafficSample | None:
@@ -281,4 +344,6 @@ def sample_of(reading: Reading, *, namespace: str, now_s: float, window_s: float
         mean_itl_ms=scaled("itl", 1000.0),
         mean_request_duration_s=m.get("duration"),
         source="prometheus",
+        ttft_histogram=reading.histograms.get("ttft"),
+        itl_histogram=reading.histograms.get("itl"),
     )

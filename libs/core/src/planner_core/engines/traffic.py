@@ -13,6 +13,10 @@ way Prometheus' ``increase()`` works:
   relays during a hand-over) or out of order adds nothing: summing per-engine increases is safe however
   the engines are sharded between relays, where summing per-relay rates would not be.
 
+The TTFT and per-request time-per-output-token histograms' buckets add up the same way, per upper
+bound (``sum by (le)`` of their increases; engines with other bounds are summed apart, and the bounds
+that counted the most requests are reported).
+
 Requests are counted where they finish (vLLM ``request_success_total``; the length histograms are
 recorded at the same moment, so count, ISL and OSL describe the same requests). In a disaggregated
 fleet a request passes a prefill and a decode engine: it is counted on decode (and agg) engines, and
@@ -27,9 +31,17 @@ from dataclasses import dataclass, field
 import msgspec
 
 from planner_proto import TrafficSample
+from planner_proto.traffic import LatencyHistogram
 
 TERMINAL = ("decode", "agg")
 """Components where a request ends (counted there); prefill counts only when none of these reports."""
+
+
+Buckets = tuple[tuple[float, ...], tuple[float, ...]]
+"""A histogram's buckets: the finite upper bounds in seconds (ascending), and one cumulative count per
+bound followed by the ``+Inf`` bucket's."""
+
+HISTOGRAMS = ("ttft_buckets", "tpot_buckets")
 
 
 class EngineCounters(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,10 +60,30 @@ class EngineCounters(msgspec.Struct, frozen=True, kw_only=True):
     ttft_count: float | None = None
     itl_sum_s: float | None = None
     itl_count: float | None = None
+    ttft_buckets: Buckets | None = None
+    tpot_buckets: Buckets | None = None
+    """The TTFT and per-request time-per-output-token histograms (None where not exported)."""
 
 
-TOTALS = tuple(f for f in EngineCounters.__struct_fields__ if f not in ("component", "observed_at_s"))
-"""The cumulative totals of a reading (every EngineCounters field but who and when)."""
+TOTALS = tuple(
+    f for f in EngineCounters.__struct_fields__ if f not in ("component", "observed_at_s", *HISTOGRAMS)
+)
+"""The cumulative totals of a reading (every EngineCounters field but who, when and the histograms)."""
+
+
+def bucket_increase(prev: Buckets | None, cur: Buckets | None, reset: bool) -> Buckets | None:
+    """The buckets' increase from ``prev`` to ``cur`` (after a restart, ``cur`` itself); None when
+    ``cur`` has none, the bounds changed, or a count went down or is not a number."""
+    if cur is None or len(cur[1]) != len(cur[0]) + 1:
+        return None
+    if not all(math.isfinite(c) and c >= 0 for c in cur[1]):
+        return None
+    if reset:
+        return cur
+    if prev is None or prev[0] != cur[0] or len(prev[1]) != len(cur[1]):
+        return None
+    inc = tuple(c - p for p, c in zip(prev[1], cur[1], strict=True))
+    return (cur[0], inc) if all(x >= 0 for x in inc) else None
 
 
 def _pairs(prev: EngineCounters, cur: EngineCounters) -> list[tuple[str, float | None, float | None]]:
@@ -88,6 +120,13 @@ class _Sums:
     uncounted_prompt_tokens: float = 0.0
     """Prompt tokens of engines without a request counter (llama.cpp): requests estimated from them."""
     uncounted_generation_tokens: float = 0.0
+    hists: dict[str, dict[tuple[float, ...], list[float]]] = field(default_factory=dict)
+    """Histogram (``ttft_buckets``, ...) -> bounds -> the summed increases of its counts."""
+
+    def add_buckets(self, name: str, inc: Buckets) -> None:
+        got = self.hists.setdefault(name, {}).setdefault(inc[0], [0.0] * len(inc[1]))
+        for i, v in enumerate(inc[1]):
+            got[i] += v
 
     def add(self, key: str, inc: dict[str, float | None]) -> None:
         self.engines.add(key)
@@ -108,6 +147,21 @@ class _Sums:
             self.totals[k] += other.totals[k]
         self.uncounted_prompt_tokens += other.uncounted_prompt_tokens
         self.uncounted_generation_tokens += other.uncounted_generation_tokens
+        for name, by_bounds in other.hists.items():
+            for bounds, counts in by_bounds.items():
+                self.add_buckets(name, (bounds, tuple(counts)))
+
+    def histogram(self, name: str) -> LatencyHistogram | None:
+        """The summed increases of ``name`` (the bounds that counted the most), in ms; None for none."""
+        by_bounds = self.hists.get(name)
+        if not by_bounds:
+            return None
+        bounds, counts = max(by_bounds.items(), key=lambda kv: kv[1][-1])
+        if counts[-1] <= 0:
+            return None
+        return LatencyHistogram(
+            bounds_ms=[b * 1000.0 for b in bounds], counts=list(counts[:-1]), total=counts[-1]
+        )
 
 
 class FleetReading(msgspec.Struct, frozen=True, kw_only=True):
@@ -154,7 +208,12 @@ class FleetTraffic:
         self._resets += reset
         if prev.component != cur.component:
             return True  # the worker id moved to another component: a new baseline
-        self._sums.setdefault(cur.component, _Sums()).add(key, increase(prev, cur, reset))
+        sums = self._sums.setdefault(cur.component, _Sums())
+        sums.add(key, increase(prev, cur, reset))
+        for name in HISTOGRAMS:
+            inc = bucket_increase(getattr(prev, name), getattr(cur, name), reset)
+            if inc is not None:
+                sums.add_buckets(name, inc)
         return True
 
     @property
@@ -200,6 +259,8 @@ class FleetTraffic:
             mean_ttft_ms=None if ttft is None else ttft * 1000.0,
             mean_itl_ms=None if itl is None else itl * 1000.0,
             source="engines",
+            ttft_histogram=used.histogram("ttft_buckets"),
+            itl_histogram=used.histogram("tpot_buckets"),
         )
         return FleetReading(
             sample=sample, engines=len(used.engines), resets=resets, estimated_requests=estimated

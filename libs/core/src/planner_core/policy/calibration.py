@@ -25,6 +25,11 @@ Off by default (``PolicyConfig.calibrate_spread``): a floor's coverage of a samp
 its requests' latency, and on three of ten scenarios it let the default knob fall under its target
 (the policy manual has the figures).
 
+``calibrate_on: latency`` adapts the same scale on the requests' own latency instead
+(:func:`settle_latency`): the traffic samples carry TTFT and per-request ITL histograms (vLLM's
+buckets, from the engines, a frontend or the load generator), and each component's misses of its
+target (:func:`share_within`) take the place of the floors' shortfall, counted in requests.
+
 Pure: the samples come in with the decision inputs.
 """
 
@@ -35,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from planner_proto.demand import DemandStep
-from planner_proto.traffic import TrafficSample
+from planner_proto.traffic import LatencyHistogram, TrafficSample
 
 MAX_SCALE = 2.0
 """The most the calibrated scale holds. Above 1 the floor still sizes for the whole measured spread:
@@ -136,3 +141,49 @@ def record(cal: SpreadCalibration, steps: Sequence[DemandStep], capacity: float)
 def coverage(cal: SpreadCalibration) -> float | None:
     """Share of the settled demand the floors covered (decayed), None before any."""
     return cal.served / cal.demand if cal.demand > 0 else None
+
+
+def share_within(h: LatencyHistogram, target_ms: float) -> float | None:
+    """Share of the histogram's requests at or under ``target_ms``, linear within the bucket the
+    target falls in (as Prometheus's ``histogram_quantile`` reads a bucket); past the last bound only
+    the counted ones. None for a histogram that is not one (lengths, order, non-finite numbers)."""
+    b, c, total = h.bounds_ms, h.counts, h.total
+    if len(b) != len(c) or not b or not (math.isfinite(total) and total > 0) or not math.isfinite(target_ms):
+        return None
+    if any(not (math.isfinite(x) and math.isfinite(y)) for x, y in zip(b, c, strict=True)):
+        return None
+    if any(b[i] <= b[i - 1] or c[i] < c[i - 1] for i in range(1, len(b))) or c[-1] > total * (1 + 1e-9):
+        return None
+    prev_b, prev_c = 0.0, 0.0
+    for bound, count in zip(b, c, strict=True):
+        if target_ms <= bound:
+            width = bound - prev_b
+            frac = (target_ms - prev_b) / width if width > 0 else 1.0
+            return min((prev_c + max(frac, 0.0) * (count - prev_c)) / total, 1.0)
+        prev_b, prev_c = bound, count
+    return min(c[-1] / total, 1.0)
+
+
+def settle_latency(
+    cal: SpreadCalibration, start_s: float, requests: float, within: float, target: float, memory: int
+) -> SpreadCalibration:
+    """Adapt the scale on the requests' own latency: of ``requests`` measured in the sample starting
+    at ``start_s``, the share ``within`` met the component's latency target; the misses beyond the
+    target's share widen the spread, a sample within it narrows it (the update of :func:`settle`,
+    counted in requests). A sample already settled changes nothing."""
+    if cal.settled_s is not None and start_s <= cal.settled_s:
+        return cal
+    cal = replace(cal, settled_s=start_s, pending=())
+    if requests <= 0 or memory < 1 or not (math.isfinite(requests) and math.isfinite(within)):
+        return cal
+    a = max(1.0 / memory, 1.0 / (cal.settled + 1))
+    level = requests if cal.level is None else cal.level + a * (requests - cal.level)
+    miss = requests * (1.0 - min(max(within, 0.0), 1.0))
+    served = (1 - a) * cal.served + (requests - miss)
+    total = (1 - a) * cal.demand + requests
+    cal = replace(cal, level=level, served=served, demand=total, settled=cal.settled + 1)
+    if target >= 1.0 or level <= 0.0:
+        return cal
+    gamma = 1.0 / (memory * (1.0 - target))
+    scale = cal.scale + gamma * (miss - (1.0 - target) * requests) / level
+    return replace(cal, scale=min(max(scale, 0.0), MAX_SCALE))

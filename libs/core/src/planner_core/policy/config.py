@@ -17,7 +17,7 @@ import operator
 import typing
 from dataclasses import dataclass, fields
 from functools import cache
-from typing import Annotated
+from typing import Annotated, Literal
 
 from msgspec import Meta
 
@@ -152,6 +152,15 @@ class PolicyConfig:
     measured spread) as soon as they fall short (:mod:`planner_core.policy.calibration`). Off by
     default: the floors' coverage of a sample's mean demand is not the requests' latency, and on
     traffic it was not set on it let the default knob fall under its target (the policy manual)."""
+    calibrate_on: Literal["coverage", "latency"] = "coverage"
+    """What the spread's calibration measures (with ``calibrate_spread``): ``coverage``, the floors'
+    capacity against each sample's demand; ``latency``, the requests' own TTFT (prefill) and ITL
+    (decode) from the traffic samples' histograms, each against its target with
+    ``latency_target_share`` of the misses. Latency narrows the spread through steady phases and a
+    following rise finds the floor short (the policy manual has the figures)."""
+    latency_target_share: Share = 0.5
+    """With ``calibrate_on: latency``: the share of the target's misses (1 - target_attainment) each
+    of TTFT and ITL may have (0.5: both together stay within the target)."""
     spread_memory_samples: AtLeastOne = 60
     """Traffic samples the spread's calibration remembers: fully covered samples of average demand
     narrow it by 1/this each (about the per-step forecast errors' own memory)."""

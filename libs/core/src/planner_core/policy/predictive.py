@@ -33,7 +33,16 @@ import msgspec
 
 from planner_core.forecast.demand import lead_samples
 from planner_core.policy.attainment import fewest_replicas, pooled_capacity
-from planner_core.policy.calibration import SpreadCalibration, coverage, demand_of, record, scaled, settle
+from planner_core.policy.calibration import (
+    SpreadCalibration,
+    coverage,
+    demand_of,
+    record,
+    scaled,
+    settle,
+    settle_latency,
+    share_within,
+)
 from planner_core.policy.config import PolicyConfig
 from planner_core.policy.queueing import max_prefill_utilisation
 from planner_core.policy.types import (
@@ -154,6 +163,19 @@ def _settled(inputs: DecisionInputs, st: PredictiveState, cfg: PolicyConfig) -> 
     cals = dict(st.calibration)
     sample = inputs.traffic
     if not cfg.calibrate_spread or sample is None:
+        return cals
+    if cfg.calibrate_on == "latency":
+        target = 1.0 - (1.0 - cfg.target_attainment) * cfg.latency_target_share
+        hists = {
+            PREFILL: (sample.ttft_histogram, cfg.ttft_target_ms),
+            DECODE: (sample.itl_histogram, cfg.itl_target_ms),
+        }
+        for c, (h, ms) in hists.items():
+            within = share_within(h, ms) if h is not None else None
+            if within is None:
+                continue  # no latency measured in this sample: the scale stays
+            cal = cals.get(c, SpreadCalibration())
+            cals[c] = settle_latency(cal, sample.start_s, h.total, within, target, cfg.spread_memory_samples)  # type: ignore[union-attr]
         return cals
     per_request = {PREFILL: sample.mean_isl_tokens, DECODE: sample.mean_osl_tokens}
     for c, cal in cals.items():

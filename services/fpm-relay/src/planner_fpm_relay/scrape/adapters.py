@@ -50,7 +50,9 @@ class Adapter(msgspec.Struct, frozen=True, kw_only=True):
     """KV tokens in use and the capacity, to derive a usage fraction when none is exported."""
     ttft_buckets: tuple[str, ...] = ()
     itl_buckets: tuple[str, ...] = ()
-    """The latency histograms' ``_bucket`` series (summed by ``le`` over label sets)."""
+    tpot_buckets: tuple[str, ...] = ()
+    """The latency histograms' ``_bucket`` series (summed by ``le`` over label sets); ``tpot``: the
+    per-request mean time per output token."""
     decode_seconds_sum: tuple[str, ...] = ()
     decode_seconds_count: tuple[str, ...] = ()
     decode_output_tokens: tuple[str, ...] = ()
@@ -105,6 +107,7 @@ ADAPTERS: dict[str, Adapter] = {
         step_width=("vllm:iteration_tokens_total_sum",),
         ttft_buckets=_hist(_VLLM_TTFT, "bucket"),
         itl_buckets=_hist(_VLLM_ITL, "bucket"),
+        tpot_buckets=("vllm:request_time_per_output_token_seconds_bucket",),
         decode_seconds_sum=("vllm:request_decode_time_seconds_sum",),
         decode_seconds_count=("vllm:request_decode_time_seconds_count",),
         decode_output_tokens=("vllm:request_generation_tokens_sum",),
@@ -185,6 +188,8 @@ class LoadReading(msgspec.Struct, frozen=True, kw_only=True):
     ttft_bucket_counts: tuple[float, ...] = ()
     itl_bucket_le_s: tuple[float, ...] = ()
     itl_bucket_counts: tuple[float, ...] = ()
+    tpot_bucket_le_s: tuple[float, ...] = ()
+    tpot_bucket_counts: tuple[float, ...] = ()
     decode_seconds_sum: float = 0.0
     decode_seconds_count: float = 0.0
     decode_output_tokens_sum: float = 0.0
@@ -318,6 +323,7 @@ def read_load(kind: str, text: str, max_kv_tokens: int = 0) -> LoadReading:
     no_buckets: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     ttft_b = _pick_buckets(buckets, adapter.ttft_buckets)
     itl_b = _pick_buckets(buckets, adapter.itl_buckets)
+    tpot_b = _pick_buckets(buckets, adapter.tpot_buckets) or no_buckets
     if adapter.ttft_buckets and ttft_b is None:
         missing.append("ttft_bucket_counts")
     if adapter.itl_buckets and itl_b is None:
@@ -330,6 +336,8 @@ def read_load(kind: str, text: str, max_kv_tokens: int = 0) -> LoadReading:
         ttft_bucket_counts=ttft_b[1],
         itl_bucket_le_s=itl_b[0],
         itl_bucket_counts=itl_b[1],
+        tpot_bucket_le_s=tpot_b[0],
+        tpot_bucket_counts=tpot_b[1],
         missing=tuple(missing),
         requests_total=traffic["requests_total"],
         isl_tokens_sum=traffic["isl_tokens_sum"],
