@@ -157,3 +157,42 @@ async def test_dgd_scale_down_drains_by_engine_address(
         await follow_drain(fake_kube, recorder, d, going)
         assert fake_kube.pods_of("llm-disagg", "dc") == [pods[1]]
     assert fake_kube.patches[-1]["spec"] == {"services": {"dc": {"replicas": 1}}}
+
+
+async def test_the_marks_of_a_drain_given_up_are_taken_back(
+    fake_kube: Any, recorder: Any, k8s_settings: Any, run_k8s: Any
+) -> None:
+    """The scale-down's replica write is refused for good (422) after the idlest pod was marked and
+    its engine flagged draining: the decision fails, and the pod gets its marks back (annotations
+    removed, engine not draining), so routers send it requests again."""
+    fake_kube.add_workload("deployments", "pf", 2)
+    pods = fake_kube.pods_of("pf")
+    kv = None
+    for p in pods:
+        kv = await register(recorder, "prefill", p, f"http://{fake_kube.pod(p).ip}:8000/metrics")
+    assert kv is not None
+    key = recorder.subjects.engine_key("prefill", pods[0])
+    settings = k8s_settings(target="scale", scale_targets=["prefill=Deployment/pf"])
+    async with snapshots(recorder, "prefill", {pods[0]: 0, pods[1]: 5}), run_k8s(settings):
+        await asyncio.sleep(0.5)
+        fake_kube.fail_next("PATCH", 422, path_part="/scale")
+        d = await recorder.decide({"prefill": 1})
+        assert "422" in (await recorder.wait_ack(d, "failed")).message
+        deadline = time.monotonic() + 10
+        while (
+            "planner/draining" in fake_kube.pod(pods[0]).annotations
+            or COST in fake_kube.pod(pods[0]).annotations
+        ):
+            assert time.monotonic() < deadline, "the given-up drain's marks were never taken back"
+            await asyncio.sleep(0.05)
+        while True:
+            back = await kv_get(kv, key, EngineInfo)
+            assert back is not None
+            if not back.draining:
+                break
+            assert time.monotonic() < deadline, "the engine stayed marked draining"
+            await asyncio.sleep(0.05)
+    assert fake_kube.pods_of("pf") == pods  # nothing was scaled
+    # the idlest pod was marked (one PATCH), then unmarked (another)
+    assert fake_kube.count("PATCH", f"/pods/{pods[0]}") == 2
+    assert fake_kube.count("PATCH", f"/pods/{pods[1]}") == 0

@@ -14,6 +14,11 @@ load (:mod:`.pods`), annotated with ``controller.kubernetes.io/pod-deletion-cost
 pod (and ``planner/draining``), their engines are marked draining in ``planner_engines`` (routers
 stop sending), and only then is the replica count lowered. The count written is the number of
 running slots, so a drain sent again (after a restart, or a transient failure) writes nothing new.
+
+Marks that outlive their drain are taken back: once no slot of a component drains any more (its drain
+ended, or was given up), a live pod still carrying the drain mark (the controller removed another
+pod, or the replica count was never lowered) loses its annotations and its engines their draining
+flag, so routers send it requests again and a later scale-down does not take it blindly.
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ class Engines(Protocol):
 
     async def of(self, component: str) -> list[EngineRef]: ...
     async def mark_draining(self, component: str, worker_ids: Sequence[str]) -> int: ...
+    async def unmark_draining(self, component: str, worker_ids: Sequence[str]) -> int: ...
 
 
 class KubeBackend:
@@ -119,6 +125,9 @@ class KubeBackend:
         self.running: dict[str, set[str]] = {}
         """The running slots of each component as last listed: what a drain leaves running."""
         self._pod_error = ""
+        self._check_marks: set[str] = set()
+        """Components whose pods may carry drain marks no drain is using (checked at the next pass)."""
+        self._was_draining: set[str] = set()
 
     def components(self) -> Sequence[str]:
         return self.target.components()
@@ -159,7 +168,17 @@ class KubeBackend:
             n = obs.replicas if obs.replicas is not None else obs.ready
             # pods are listed only while slots of the component drain: nothing else needs them
             draining = any(r.component == comp and r.phase == Phase.DRAINING for r in known.values())
-            pods = await self._list_pods(comp) if draining else None
+            if draining:
+                self._was_draining.add(comp)
+            elif comp in self._was_draining:
+                self._was_draining.discard(comp)
+                self._check_marks.add(comp)  # its drain just ended: did the controller take ours?
+            pods = await self._list_pods(comp) if draining or comp in self._check_marks else None
+            if not draining and comp in self._check_marks:
+                if pods is None:
+                    self._check_marks.discard(comp)  # pods not readable: said once by _list_pods
+                else:
+                    await self._clear_stale_marks(comp, pods)
             self.away[comp] = going_away(pods, n) if pods is not None else 0
             seen = slots(comp, n, obs.ready, self.away[comp], known)
             self.running[comp] = {
@@ -209,8 +228,12 @@ class KubeBackend:
             have = obs.replicas if obs.replicas is not None else obs.ready
             target = len(running)
             if have > target:
-                await self._pick_and_mark(comp, have - target)
-                await self._scale(comp, target)
+                try:
+                    await self._pick_and_mark(comp, have - target)
+                    await self._scale(comp, target)
+                except ActuationError:
+                    self._check_marks.add(comp)  # if the drain is given up, its marks go back
+                    raise
             self.running[comp] = running
 
     async def _pick_and_mark(self, comp: str, count: int) -> None:
@@ -249,6 +272,35 @@ class KubeBackend:
             cost=cost,
             engines_marked=marked,
         )
+
+    async def _clear_stale_marks(self, comp: str, pods: Sequence[PodView]) -> None:
+        """Take the drain marks back from the live pods that still carry one while nothing drains."""
+        stale = [p for p in pods if p.marked and p.live and not p.deleting]
+        api = self.pod_api
+        cleared: list[str] = []
+        for p in stale:
+            assert api is not None
+            try:
+                await self._api(
+                    f"annotate pod {p.name}",
+                    functools.partial(api.annotate, p.name, {DELETION_COST: None, DRAIN_MARK: None}),
+                )
+            except ActuationError as exc:
+                self.log.warning("pod_annotate_failed", component=comp, pod=p.name, error=exc.message)
+                return  # tried again at the next pass
+            cleared.append(p.name)
+        self._check_marks.discard(comp)
+        if not cleared:
+            return
+        unmarked = 0
+        if self.engines is not None:
+            owned = engines_by_pod(stale, await self._engines(comp))
+            ids = [w for name in cleared for w in owned.get(name, [])]
+            try:
+                unmarked = await self.engines.unmark_draining(comp, ids) if ids else 0
+            except (nats.errors.Error, OSError, TimeoutError) as exc:
+                self.log.warning("engines_mark_failed", component=comp, error=repr(exc))
+        self.log.warning("drain_marks_cleared", component=comp, pods=cleared, engines_unmarked=unmarked)
 
     async def _engines(self, comp: str) -> list[EngineRef]:
         if self.engines is None:

@@ -293,7 +293,8 @@ class PodApi:
             raise KubeError(ErrorKind.TRANSIENT, 0, f"pod list: {exc}") from None
         return parse_pods(body)
 
-    def annotate(self, name: str, annotations: Mapping[str, str]) -> None:
+    def annotate(self, name: str, annotations: Mapping[str, str | None]) -> None:
+        """Merge-patch the pod's annotations (a None value removes the annotation)."""
         ns, t = self.s.k8s_namespace, self.s.request_timeout_s
         body = {"metadata": {"annotations": dict(annotations)}}
         _call(

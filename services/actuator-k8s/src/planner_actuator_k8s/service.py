@@ -58,14 +58,17 @@ class EngineRegistry:
             for _, i in await self._infos(component)
         ]
 
-    async def mark_draining(self, component: str, worker_ids: Sequence[str]) -> int:
+    async def mark_draining(self, component: str, worker_ids: Sequence[str], draining: bool = True) -> int:
         want = set(worker_ids)
         n = 0
         for key, info in await self._infos(component):
-            if info.worker_id in want and not info.draining:
-                await kv_put(self.kv, key, msgspec.structs.replace(info, draining=True))
+            if info.worker_id in want and info.draining != draining:
+                await kv_put(self.kv, key, msgspec.structs.replace(info, draining=draining))
                 n += 1
         return n
+
+    async def unmark_draining(self, component: str, worker_ids: Sequence[str]) -> int:
+        return await self.mark_draining(component, worker_ids, draining=False)
 
 
 class K8sActuator(ActuatorService[K8sActuatorSettings]):
