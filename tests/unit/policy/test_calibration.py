@@ -234,3 +234,38 @@ def test_long_run_latency_misses_land_at_the_target_share() -> None:
         cal = settle_latency(cal, INTERVAL * i, n, 1.0 - m / n, target=0.99, memory=60)
     assert missed / total == pytest.approx(0.01, abs=0.002)
     assert 0.0 < cal.applied < 1.0
+
+
+def test_inside_decide_latency_within_target_narrows_and_misses_widen(shared_data: Path) -> None:
+    """calibrate_on latency: steady traffic whose requests all meet their targets narrows both
+    components' spread; then a third of the first tokens late widens prefill's at once."""
+    if not (shared_data / "dynamo").is_dir():
+        pytest.skip("profile data (dynamo/) not found under the shared data folder")
+    capacity = _profile(str(shared_data / "dynamo"))[2]
+    cfg = replace(
+        PolicyConfig(), policy=PolicyKind.COMBINED, max_gpu_budget=-1, calibrate_spread=True,
+        calibrate_on="latency",
+    )  # fmt: skip
+    st, demand = PolicyState(), predictor(cfg)
+    reps = {c: ComponentReplicas(desired=40, ready=40) for c in ("prefill", "decode")}
+
+    def lat(n: float, late: float, bounds: list[float]) -> LatencyHistogram:
+        return hist(bounds, [n * (1 - late), n * (1 - late), n], n)
+
+    scales = []
+    for i in range(90):
+        x = 1.05 if i % 2 else 0.95
+        n = INTERVAL * 400 * x
+        late = 0.33 if i >= 80 else 0.0
+        s = msgspec.structs.replace(
+            sample(i, requests=n, isl=2000.0), mean_osl_tokens=200.0,
+            ttft_histogram=lat(n, late, [250.0, 500.0, 1000.0]), itl_histogram=lat(n, 0.0, [25.0, 50.0, 100.0]),
+        )  # fmt: skip
+        now = INTERVAL * (i + 1)
+        _, st = decide(
+            fed(demand, DecisionInputs(replicas=reps, traffic=s, capacity=capacity), now), st, cfg, now
+        )
+        cals = st.predictive.calibration
+        scales.append((cals["prefill"].applied, cals["decode"].applied))
+    assert scales[79][0] < 0.5 and scales[79][1] < 0.5  # every request in time: both narrowed
+    assert scales[-1][0] == 1.0 and scales[-1][1] < 0.5  # TTFT misses widen prefill only

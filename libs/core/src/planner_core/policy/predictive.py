@@ -171,11 +171,10 @@ def _settled(inputs: DecisionInputs, st: PredictiveState, cfg: PolicyConfig) -> 
             DECODE: (sample.itl_histogram, cfg.itl_target_ms),
         }
         for c, (h, ms) in hists.items():
-            within = share_within(h, ms) if h is not None else None
-            if within is None:
+            if h is None or (within := share_within(h, ms)) is None:
                 continue  # no latency measured in this sample: the scale stays
             cal = cals.get(c, SpreadCalibration())
-            cals[c] = settle_latency(cal, sample.start_s, h.total, within, target, cfg.spread_memory_samples)  # type: ignore[union-attr]
+            cals[c] = settle_latency(cal, sample.start_s, h.total, within, target, cfg.spread_memory_samples)
         return cals
     per_request = {PREFILL: sample.mean_isl_tokens, DECODE: sample.mean_osl_tokens}
     for c, cal in cals.items():
