@@ -8,7 +8,8 @@ What stands in for the cluster, and nothing else is changed:
 - each pod's HTTP port is a free loopback port (``PLANNER_HTTP_HOST``/``PLANNER_HTTP_PORT``);
 - a mounted Secret is a folder of files, and env values under its mount path point into it;
 - a mounted service-account token is a file with a token the API fake knows, given to the client
-  as ``PLANNER_API_URL`` + ``PLANNER_API_TOKEN_FILE`` (in a pod, the in-cluster config reads it).
+  as ``PLANNER_API_URL`` + ``PLANNER_API_TOKEN_FILE`` (actuator-k8s) and ``PLANNER_K8S_API_URL`` +
+  ``PLANNER_K8S_TOKEN_FILE`` (fpm-relay) (in a pod, the in-cluster config reads it).
 """
 
 from __future__ import annotations
@@ -278,7 +279,9 @@ def pods_of(
             token_file = home / "serviceaccount-token"
             token_file.parent.mkdir(parents=True, exist_ok=True)
             token_file.write_text(api[1])
-            env["PLANNER_API_URL"], env["PLANNER_API_TOKEN_FILE"] = api[0], str(token_file)
+            # what the in-cluster config gives a pod, under each service's setting names
+            env["PLANNER_API_URL"], env["PLANNER_API_TOKEN_FILE"] = api[0], str(token_file)  # actuator-k8s
+            env["PLANNER_K8S_API_URL"], env["PLANNER_K8S_TOKEN_FILE"] = api[0], str(token_file)  # fpm-relay
         port = free_port()
         env["PLANNER_HTTP_HOST"], env["PLANNER_HTTP_PORT"] = "127.0.0.1", str(port)
         home.mkdir(parents=True, exist_ok=True)

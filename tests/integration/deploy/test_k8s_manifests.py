@@ -391,3 +391,99 @@ def test_a_verb_the_role_does_not_grant_is_refused_and_reported_in_one_line(stac
         u == "system:serviceaccount:planner:planner-actuator-k8s" and a.name == "not-granted"
         for u, a in stack.kube.rbac.denied
     )
+
+
+class _MetricsServer:
+    """A stock vLLM's /metrics (the recorded exposition) on loopback, in a thread."""
+
+    def __init__(self, body: bytes) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from threading import Thread
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_overlay_stock_vllm_finds_the_engine_pods_and_counts_their_traffic(
+    stack: Stack, shared_data: Path
+) -> None:
+    """deploy/k8s-overlays/stock-vllm as rendered: fpm-relay, with its own ServiceAccount and the
+    Role that only lets it list pods in "llm", finds the vLLM pods by label and scrapes them; the
+    predictor on ``source: engines`` counts the traffic from what the relay publishes. (The stack's
+    relay and predictor step aside meanwhile: one relay Deployment, one predictor lease.)"""
+    st.wait_for(lambda: _healthy(stack), STARTUP_S, "every service's /healthz")
+    docs = st.render("deploy/k8s-overlays/stock-vllm")
+    capture = shared_data / "engines" / "vllm-0.32.0-cpu-metrics.txt"
+    if not capture.is_file():
+        pytest.skip(f"real vLLM capture {capture.name} not found under the shared data folder")
+    exposition = capture.read_text().partition("# Part B")[0].encode()  # a real vLLM 0.32, idle
+    engines = [_MetricsServer(exposition) for _ in range(2)]
+    kube = k8s_fake.FakeKube(namespace="llm", ready_delay_s=0.2)
+    token = secrets.token_hex(16)
+    kube.rbac = k8s_rbac.Rbac(docs, {token: ("planner", "planner-fpm-relay")})
+    kube.pod_ip = lambda name, seq: "127.0.0.1"
+    for name in ("prefill-worker", "decode-worker"):
+        kube.add_workload("deployments", name, 1)
+    kube.add_workload("deployments", "unrelated", 1)  # not selected
+    kube.start()
+    for (pod,), srv in zip(
+        (kube.pods_of("prefill-worker"), kube.pods_of("decode-worker")), engines, strict=True
+    ):
+        kube.set_pod(pod, annotations={"prometheus.io/port": str(srv.port)})
+    dns = {"nats:4222": f"127.0.0.1:{stack.nats.port}"}
+    pods = st.pods_of(
+        docs, stack.secret, dns, stack.root / "stock-vllm", api=(kube.url, token),
+        only={"planner-fpm-relay", "planner-predictor"},
+    )  # fmt: skip
+    base = [stack.pods["planner-fpm-relay"], stack.pods["planner-predictor"]]
+    for p in base:
+        assert p.stop() == 0, p.output()[-2000:]
+    relay, predictor = (
+        next(p for p in pods if p.name == n) for n in ("planner-fpm-relay", "planner-predictor")
+    )
+    predictor.env["PLANNER_INTERVAL_S"] = "5"  # a traffic sample every 5 s, not every minute: test time
+    try:
+        for p in pods:
+            p.start()
+        st.wait_for(
+            lambda: relay.metric("planner_fpm_engines_scraped") == 2, 60, "the relay to scrape both pods"
+        )
+        # the engines' counters make the traffic: intervals observed (a request counter read from
+        # both engines: decode's, where requests end), none unknown once both are read twice
+        st.wait_for(
+            lambda: (predictor.metric('planner_predictor_intervals_total{outcome="observed"}') or 0) >= 2,
+            90, "the predictor to count traffic from the engines",
+        )  # fmt: skip
+        assert predictor.metric("planner_traffic_engines") == 1  # decode: where a request is counted
+        assert not kube.rbac.denied, kube.rbac.denied
+        # the relay's only API call: list pods in the engines' namespace
+        assert {(m, p.split("?")[0]) for m, p in kube.requests} == {("GET", "/api/v1/namespaces/llm/pods")}
+        assert all(p.health()[0] == 200 for p in pods)
+    finally:
+        for p in pods:
+            assert p.stop() == 0, p.output()[-3000:]
+        for srv in engines:
+            srv.stop()
+        kube.stop()
+        for p in base:
+            p.start()

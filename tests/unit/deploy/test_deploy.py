@@ -66,7 +66,7 @@ def _kustomize(folder: str = "deploy/k8s") -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-OVERLAYS = ["deploy/k8s", "deploy/k8s-overlays/scale-workloads"]
+OVERLAYS = ["deploy/k8s", "deploy/k8s-overlays/scale-workloads", "deploy/k8s-overlays/stock-vllm"]
 
 
 @pytest.mark.parametrize("folder", OVERLAYS)
@@ -341,4 +341,9 @@ def test_manifest_settings_load_in_each_service(folder: str) -> None:
         settings = load_settings(module.SERVICE.settings_type, env=env)
         assert settings.namespace == "prod" and settings.nats_user, d["metadata"]["name"]
         if c["args"][1] == "predictor":
-            assert settings.redacted()["source"] == "prometheus"
+            # stock engines count their own traffic; otherwise the frontend's, from Prometheus
+            want = "engines" if folder.endswith("stock-vllm") else "prometheus"
+            assert settings.redacted()["source"] == want
+        if c["args"][1] == "fpm-relay" and folder.endswith("stock-vllm"):
+            # one source per component, each a whole label selector
+            assert [p.split(":")[0] for p in settings.redacted()["pod_discovery"]] == ["prefill", "decode"]

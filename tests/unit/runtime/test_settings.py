@@ -146,3 +146,24 @@ def _yaml(folder: Path, text: str) -> Path:
     path = folder / "group.yaml"
     path.write_text(text)
     return path
+
+
+class ListSettings(BaseSettings, frozen=True, kw_only=True):
+    selectors: list[str] = msgspec.field(default_factory=list)
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        ("a=1, b", ["a=1", "b"]),  # comma-separated
+        ('["decode:vllm:app=dc,tier=gold", "prefill:vllm:app=pf"]', ["decode:vllm:app=dc,tier=gold", "prefill:vllm:app=pf"]),
+        ("[]", []),
+    ],
+)  # fmt: skip
+def test_a_list_from_the_environment_is_comma_separated_or_a_json_list(raw: str, want: list[str]) -> None:
+    assert load_settings(ListSettings, env={"PLANNER_SELECTORS": raw}).selectors == want
+
+
+def test_a_broken_json_list_is_named() -> None:
+    with pytest.raises(SettingsError, match="selectors"):
+        load_settings(ListSettings, env={"PLANNER_SELECTORS": '["a", '})

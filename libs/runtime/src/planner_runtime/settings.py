@@ -165,7 +165,8 @@ def _is_list(tp: Any) -> bool:
 
 
 def _coerce_env(tp: Any, raw: str) -> Any:
-    """Env values are strings; lists are comma-separated, dicts are YAML/JSON."""
+    """Env values are strings; lists are comma-separated, or a JSON/YAML list (``["a=1,b=2", "c"]``:
+    items that hold commas themselves, such as label selectors), dicts are YAML/JSON."""
     base = _base_type(tp)
     if _is_bool(tp):
         low = raw.strip().lower()
@@ -175,6 +176,12 @@ def _coerce_env(tp: Any, raw: str) -> Any:
             return False
         return raw
     if _is_list(tp):
+        if raw.lstrip().startswith("["):
+            try:
+                items = yaml.safe_load(raw)
+            except yaml.YAMLError:
+                return raw  # not a list: validation says so
+            return items if isinstance(items, list) else raw
         return [part.strip() for part in raw.split(",") if part.strip()]
     if typing.get_origin(base) is dict:
         return yaml.safe_load(raw)
