@@ -244,3 +244,4 @@ def test_the_slo_counters_count_the_requests_within_the_deciders_targets() -> No
     assert value("planner_slo_requests_within_target_total", "ttft") == 90.0
     assert value("planner_slo_requests_total", "itl") == 40.0
     assert value("planner_slo_requests_within_target_total", "itl") == 38.0
+    assert value("planner_slo_histograms_invalid_total", "ttft") == 1.0  # the broken one: counted, dropped

@@ -102,6 +102,13 @@ class DeciderMetrics:
             ["latency"],
             registry=r,
         )
+        self.slo_invalid = Counter(
+            "planner_slo_histograms_invalid",
+            "Traffic histograms dropped because they are not one (lengths, order, counts above the"
+            " total, non-finite numbers), by latency",
+            ["latency"],
+            registry=r,
+        )
         self.demand_lead_mismatch = Counter(
             "planner_decider_demand_lead_mismatch",
             "Demand forecasts whose lead (the predictor's startup_s) differs from this decider's",
@@ -148,8 +155,11 @@ class DeciderMetrics:
             ("ttft", sample.ttft_histogram, ttft_target_ms),
             ("itl", sample.itl_histogram, itl_target_ms),
         ):
-            within = share_within(h, target) if h is not None else None
-            if h is None or within is None:
+            if h is None:
+                continue
+            within = share_within(h, target)
+            if within is None:
+                self.slo_invalid.labels(name).inc()
                 continue
             self.slo_requests.labels(name).inc(h.total)
             self.slo_within.labels(name).inc(h.total * within)
