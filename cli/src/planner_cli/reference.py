@@ -152,7 +152,7 @@ def configuration() -> str:
         "the YAML file (`--config FILE` or `PLANNER_CONFIG`), its environment variable and its flag "
         "(`planner serve SERVICE --help`). Values are validated once at start; an error names the "
         "setting, its flag, its env var and the allowed range. List settings take comma-separated "
-        "values in flags and env vars, or a JSON list (`[\"a=1,b=2\", \"c\"]`) for items that hold "
+        'values in flags and env vars, or a JSON list (`["a=1,b=2", "c"]`) for items that hold '
         "commas.\n",
         "The settings common to every service (NATS connection, HTTP port, logging, lease) are listed "
         "once under [Common settings](#common-settings).\n",
