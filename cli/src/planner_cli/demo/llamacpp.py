@@ -433,13 +433,14 @@ def print_engine_summary(figures: dict[str, Any], cfg: LlamaDemoConfig, console:
         ("workers ready: peak / at the end", f"{figures['peak_ready']} / {figures['final_ready']}"),
         ("speed model learned from", ", ".join(figures["model_sources"]) or "-"),
         ("traffic counted by", ", ".join(figures["traffic_sources"]) or "-"),
-        (
-            "within targets, by the traffic's histograms",
-            f"TTFT {_pct(figures['slo_ttft_within_pct'])} of {figures['slo_ttft_requests']}, "
-            f"ITL {_pct(figures['slo_itl_within_pct'])} of {figures['slo_itl_requests']}",
-        ),
     ):
         summary.add_row(name, value)
+    if figures["slo_ttft_requests"] or figures["slo_itl_requests"]:  # engines with latency histograms
+        summary.add_row(
+            "within targets, by the engines' histograms",
+            f"TTFT {_pct(figures['slo_ttft_within_pct'])} of {figures['slo_ttft_requests']}, "
+            f"ITL {_pct(figures['slo_itl_within_pct'])} of {figures['slo_itl_requests']}",
+        )
     console.print(summary)
     out = cfg.out_dir
     console.print(
