@@ -3,12 +3,12 @@ TTFT-vs-ISL curve rises with the ISL and the NPZ files load into the decider's i
 
 from __future__ import annotations
 
-import itertools
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
@@ -42,9 +42,12 @@ def test_profile_sweeps_a_real_llama_server(llama_server: LlamaServer, tmp_path:
     isl = [float(x) for x in prefill.isl_tokens]
     ttft = [float(x) for x in prefill.ttft_ms]
     assert len(isl) >= 3 and isl == sorted(isl)
-    # a real prefill costs more the longer the prompt: the (median) TTFT rises along the ISLs
-    assert all(b > a for a, b in itertools.pairwise(ttft)), list(zip(isl, ttft, strict=True))
-    assert ttft[-1] > 1.5 * ttft[0]
+    # a real prefill costs more the longer the prompt: the (median) TTFT rises with the ISL. Two
+    # neighbouring points may swap on a loaded machine (seen: 95 ms at 408 tokens, 91 at 715), the
+    # trend may not: a positive least-squares slope, and the longest prompt well above the shortest
+    pairs = list(zip(isl, ttft, strict=True))
+    assert float(np.polyfit(isl, ttft, 1)[0]) > 0, pairs
+    assert ttft[-1] > 1.5 * ttft[0], pairs
 
     decode = load_decode(out / "decode_raw_data.npz")
     assert len(decode.itl_ms) > 0 and all(x > 0 for x in decode.itl_ms)
