@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from planner_runtime.natsd import NatsServer
-from planner_runtime.processes import free_port
+from planner_runtime.processes import die_with_parent, free_port
 
 REPO = Path(__file__).resolve().parents[3]
 NATS_DIR = REPO / "deploy" / "nats"
@@ -174,6 +174,7 @@ class Pod:
             stdout=self.log.open("wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent,  # never outlives a test run that dies
         )
         return self
 

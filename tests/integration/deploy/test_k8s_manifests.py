@@ -480,10 +480,10 @@ def test_overlay_stock_vllm_finds_the_engine_pods_and_counts_their_traffic(
         assert {(m, p.split("?")[0]) for m, p in kube.requests} == {("GET", "/api/v1/namespaces/llm/pods")}
         assert all(p.health()[0] == 200 for p in pods)
     finally:
-        for p in pods:
-            assert p.stop() == 0, p.output()[-3000:]
+        codes = {p.name: (p.stop(), p.output()[-3000:]) for p in pods}  # every pod stopped, then judged
         for srv in engines:
             srv.stop()
         kube.stop()
         for p in base:
             p.start()
+    assert all(code == 0 for code, _ in codes.values()), codes
