@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -115,26 +115,15 @@ def nats_with_env(conf: Path, env: dict[str, str], log_file: Path) -> Iterator[N
         server.close()
 
 
-class FakePrometheus:
-    """``/api/v1/query``: every query answers one sample of ``value`` (a steady frontend)."""
+class HttpServer:
+    """GETs on loopback, in a thread: each answered with ``reply(path)`` -> (content type, body)."""
 
-    def __init__(self, value: float = 30.0) -> None:
-        self.queries: list[str] = []
-        fake = self
-
+    def __init__(self, reply: Callable[[str], tuple[str, bytes]]) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                fake.queries.append(self.path)
-                body = {
-                    "status": "success",
-                    "data": {
-                        "resultType": "vector",
-                        "result": [{"metric": {}, "value": [time.time(), str(value)]}],
-                    },
-                }
-                data = json.dumps(body).encode()
+                kind, data = reply(self.path)
                 self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -147,12 +136,36 @@ class FakePrometheus:
         Thread(target=self._server.serve_forever, daemon=True).start()
 
     @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class FakePrometheus(HttpServer):
+    """``/api/v1/query``: every query answers one sample of ``value`` (a steady frontend)."""
+
+    def __init__(self, value: float = 30.0) -> None:
+        self.queries: list[str] = []
+
+        def reply(path: str) -> tuple[str, bytes]:
+            self.queries.append(path)
+            body = {
+                "status": "success",
+                "data": {
+                    "resultType": "vector",
+                    "result": [{"metric": {}, "value": [time.time(), str(value)]}],
+                },
+            }
+            return "application/json", json.dumps(body).encode()
+
+        super().__init__(reply)
 
 
 @dataclass

@@ -393,37 +393,6 @@ def test_a_verb_the_role_does_not_grant_is_refused_and_reported_in_one_line(stac
     )
 
 
-class _MetricsServer:
-    """A stock vLLM's /metrics (the recorded exposition) on loopback, in a thread."""
-
-    def __init__(self, body: bytes) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-        from threading import Thread
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def port(self) -> int:
-        return int(self.server.server_address[1])
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_overlay_stock_vllm_finds_the_engine_pods_and_counts_their_traffic(
     stack: Stack, shared_data: Path
 ) -> None:
@@ -437,7 +406,7 @@ def test_overlay_stock_vllm_finds_the_engine_pods_and_counts_their_traffic(
     if not capture.is_file():
         pytest.skip(f"real vLLM capture {capture.name} not found under the shared data folder")
     exposition = capture.read_text().partition("# Part B")[0].encode()  # a real vLLM 0.32, idle
-    engines = [_MetricsServer(exposition) for _ in range(2)]
+    engines = [st.HttpServer(lambda path: ("text/plain", exposition)) for _ in range(2)]
     kube = k8s_fake.FakeKube(namespace="llm", ready_delay_s=0.2)
     token = secrets.token_hex(16)
     kube.rbac = k8s_rbac.Rbac(docs, {token: ("planner", "planner-fpm-relay")})

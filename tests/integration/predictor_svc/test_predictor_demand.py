@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from planner_core.forecast.demand import lead_samples
+from planner_core.forecast.demand import DemandState, lead_samples
 from planner_predictor.demand_state import encode_state, restore_state
 from planner_predictor.service import PredictorService
 from planner_predictor.settings import PredictorSettings
@@ -90,6 +90,19 @@ async def stop(svc: PredictorService, run: asyncio.Task[int]) -> None:
     assert await asyncio.wait_for(run, 15) == 0
 
 
+async def learn_and_stop(url: str, feeder: Feeder, samples: int) -> DemandState:
+    """A predictor that learns ``samples`` traffic samples and stops (saving on the way out): what it
+    learned."""
+    svc, run = await start(make_settings(url))
+    try:
+        await feeder.send(samples)
+        await asyncio.sleep(0.3)
+    finally:
+        await stop(svc, run)
+    assert svc.demand is not None
+    return svc.demand.state
+
+
 async def test_each_sample_gives_a_demand_forecast_to_the_lead(
     no_task_leak: None, nats_server: NatsServer, client: Bus
 ) -> None:
@@ -128,14 +141,7 @@ async def test_what_was_learned_survives_a_restart_and_a_bad_entry_means_cold(
     kv = await client.kv(STATE_BUCKET)
     key = SUBJECTS.state_key("predictor", "demand_state")
     feeder = Feeder(client)
-    svc, run = await start(make_settings(nats_server.url))
-    try:
-        await feeder.send(15)
-        await asyncio.sleep(0.3)
-    finally:
-        await stop(svc, run)  # saves on the way out
-    assert svc.demand is not None
-    learned = svc.demand.state
+    learned = await learn_and_stop(nats_server.url, feeder, 15)
     assert learned.prefill.samples == 15
     raw = await kv_raw(kv, key)
     back, outcome, _ = restore_state(raw, NS, time.time(), 900.0)
@@ -209,14 +215,7 @@ async def test_a_state_kv_that_does_not_answer_at_takeover_is_read_again_and_nev
     kv = await client.kv(STATE_BUCKET)
     key = SUBJECTS.state_key("predictor", "demand_state")
     feeder = Feeder(client)
-    svc, run = await start(make_settings(nats_server.url))
-    try:
-        await feeder.send(15)
-        await asyncio.sleep(0.3)
-    finally:
-        await stop(svc, run)
-    assert svc.demand is not None
-    learned = svc.demand.state
+    learned = await learn_and_stop(nats_server.url, feeder, 15)
 
     # a cluster just back: the lease answers, the state bucket not yet (twice)
     from planner_predictor import service as predictor_service

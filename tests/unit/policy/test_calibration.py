@@ -136,22 +136,36 @@ def test_long_run_shortfall_lands_at_the_target_share(target: float) -> None:
     assert 0.0 < cal.scale < MAX_SCALE
 
 
+def steady(i: int, x: float) -> TrafficSample:
+    """Sample ``i`` of 400 req/s times ``x``, 2000 prompt and 200 output tokens."""
+    return msgspec.structs.replace(sample(i, requests=INTERVAL * 400 * x, isl=2000.0), mean_osl_tokens=200.0)
+
+
+def drive(shared: Path, cfg: PolicyConfig, samples: list[TrafficSample]) -> list[PolicyState]:
+    """The samples through ``decide`` one after the other (40 prefill and 40 decode replicas ready,
+    the profile's capacity): the policy state after each."""
+    capacity = _profile(str(shared / "dynamo"))[2]
+    st, demand = PolicyState(), predictor(cfg)
+    reps = {c: ComponentReplicas(desired=40, ready=40) for c in ("prefill", "decode")}
+    out = []
+    for i, s in enumerate(samples):
+        now = INTERVAL * (i + 1)
+        _, st = decide(
+            fed(demand, DecisionInputs(replicas=reps, traffic=s, capacity=capacity), now), st, cfg, now
+        )
+        out.append(st)
+    return out
+
+
 def run(shared: Path, calibrate: bool, pattern: list[float]) -> list[tuple[int, float]]:
     """400 req/s times ``pattern[i]`` at sample ``i`` through ``decide``: per sample the prefill floor
     and the share of the spread it sized for."""
-    capacity = _profile(str(shared / "dynamo"))[2]
     cfg = replace(
         PolicyConfig(), policy=PolicyKind.COMBINED, max_gpu_budget=-1, calibrate_spread=calibrate,
         calibrate_on="coverage",
     )  # fmt: skip
-    st, demand = PolicyState(), predictor(cfg)
-    reps = {c: ComponentReplicas(desired=40, ready=40) for c in ("prefill", "decode")}
     out = []
-    for i, x in enumerate(pattern):
-        s = msgspec.structs.replace(sample(i, requests=INTERVAL * 400 * x, isl=2000.0), mean_osl_tokens=200.0)
-        now = INTERVAL * (i + 1)
-        inputs = fed(demand, DecisionInputs(replicas=reps, traffic=s, capacity=capacity), now)
-        _, st = decide(inputs, st, cfg, now)
+    for st in drive(shared, cfg, [steady(i, x) for i, x in enumerate(pattern)]):
         cal = st.predictive.calibration.get("prefill")
         out.append((st.predictive.floor["prefill"], cal.applied if cal is not None else 1.0))
     return out
@@ -241,31 +255,28 @@ def test_inside_decide_latency_within_target_narrows_and_misses_widen(shared_dat
     components' spread; then a third of the first tokens late widens prefill's at once."""
     if not (shared_data / "dynamo").is_dir():
         pytest.skip("profile data (dynamo/) not found under the shared data folder")
-    capacity = _profile(str(shared_data / "dynamo"))[2]
     cfg = replace(
         PolicyConfig(), policy=PolicyKind.COMBINED, max_gpu_budget=-1, calibrate_spread=True,
         calibrate_on="latency",
     )  # fmt: skip
-    st, demand = PolicyState(), predictor(cfg)
-    reps = {c: ComponentReplicas(desired=40, ready=40) for c in ("prefill", "decode")}
 
     def lat(n: float, late: float, bounds: list[float]) -> LatencyHistogram:
         return hist(bounds, [n * (1 - late), n * (1 - late), n], n)
 
-    scales = []
+    samples = []
     for i in range(90):
-        x = 1.05 if i % 2 else 0.95
-        n = INTERVAL * 400 * x
-        late = 0.33 if i >= 80 else 0.0
-        s = msgspec.structs.replace(
-            sample(i, requests=n, isl=2000.0), mean_osl_tokens=200.0,
-            ttft_histogram=lat(n, late, [250.0, 500.0, 1000.0]), itl_histogram=lat(n, 0.0, [25.0, 50.0, 100.0]),
-        )  # fmt: skip
-        now = INTERVAL * (i + 1)
-        _, st = decide(
-            fed(demand, DecisionInputs(replicas=reps, traffic=s, capacity=capacity), now), st, cfg, now
+        s = steady(i, 1.05 if i % 2 else 0.95)
+        n, late = s.num_requests, (0.33 if i >= 80 else 0.0)
+        samples.append(
+            msgspec.structs.replace(
+                s,
+                ttft_histogram=lat(n, late, [250.0, 500.0, 1000.0]),
+                itl_histogram=lat(n, 0.0, [25.0, 50.0, 100.0]),
+            )
         )
-        cals = st.predictive.calibration
-        scales.append((cals["prefill"].applied, cals["decode"].applied))
+    scales = [
+        (st.predictive.calibration["prefill"].applied, st.predictive.calibration["decode"].applied)
+        for st in drive(shared_data, cfg, samples)
+    ]
     assert scales[79][0] < 0.5 and scales[79][1] < 0.5  # every request in time: both narrowed
     assert scales[-1][0] == 1.0 and scales[-1][1] < 0.5  # TTFT misses widen prefill only

@@ -425,27 +425,28 @@ async def _abandon(nc: Client) -> None:
         pass
 
 
-async def kv_raw(kv: KeyValue, key: str) -> bytes | None:
-    """The bytes at ``key``; None when absent or deleted."""
-    try:
-        entry = await kv.get(key)
-    except KeyNotFoundError:
-        return None
-    if entry.value is None or entry.operation in ("DEL", "PURGE"):
-        return None
-    return bytes(entry.value)
-
-
-async def kv_get_rev(kv: KeyValue, key: str, kind: type[T]) -> tuple[T | None, int | None]:
-    """The value at ``key`` decoded as ``kind`` and its revision (the revision of a delete marker;
-    None when the key never was). DecodeError if corrupt."""
+async def kv_raw_rev(kv: KeyValue, key: str) -> tuple[bytes | None, int | None]:
+    """The bytes at ``key`` (None when absent or deleted) and the entry's revision (that of a delete
+    marker; None when the key never was)."""
     try:
         entry = await kv.get(key)
     except KeyNotFoundError:
         return None, None
     if entry.value is None or entry.operation in ("DEL", "PURGE"):
         return None, entry.revision
-    return decode(bytes(entry.value), kind), entry.revision
+    return bytes(entry.value), entry.revision
+
+
+async def kv_raw(kv: KeyValue, key: str) -> bytes | None:
+    """The bytes at ``key``; None when absent or deleted."""
+    return (await kv_raw_rev(kv, key))[0]
+
+
+async def kv_get_rev(kv: KeyValue, key: str, kind: type[T]) -> tuple[T | None, int | None]:
+    """The value at ``key`` decoded as ``kind`` and its revision (see :func:`kv_raw_rev`). DecodeError
+    if corrupt."""
+    raw, rev = await kv_raw_rev(kv, key)
+    return (None if raw is None else decode(raw, kind)), rev
 
 
 async def kv_get(kv: KeyValue, key: str, kind: type[T]) -> T | None:

@@ -64,14 +64,10 @@ class TrafficMeter:
         self.count = 0
         self.isl_sum = 0.0
         self.osl_sum = 0.0
-        self.ttft_sum = 0.0
-        self.ttft_n = 0
-        self.itl_sum = 0.0
-        self.itl_n = 0
         self.dur_sum = 0.0
         self.dur_n = 0
-        self.ttft_ms: list[float] = []
-        self.itl_ms: list[float] = []
+        self.ttft_s: list[float] = []
+        self.itl_s: list[float] = []
 
     def arrival(self, isl: int, osl: int) -> None:
         self.count += 1
@@ -79,15 +75,11 @@ class TrafficMeter:
         self.osl_sum += osl
 
     def first_token(self, ttft_s: float) -> None:
-        self.ttft_sum += ttft_s
-        self.ttft_n += 1
-        self.ttft_ms.append(ttft_s * 1e3)
+        self.ttft_s.append(ttft_s)
 
     def finished(self, itl_s: float | None, duration_s: float) -> None:
         if itl_s is not None:
-            self.itl_sum += itl_s
-            self.itl_n += 1
-            self.itl_ms.append(itl_s * 1e3)
+            self.itl_s.append(itl_s)
         self.dur_sum += duration_s
         self.dur_n += 1
 
@@ -101,12 +93,12 @@ class TrafficMeter:
             num_requests=float(n),
             mean_isl_tokens=self.isl_sum / n if n else None,
             mean_osl_tokens=self.osl_sum / n if n else None,
-            mean_ttft_ms=self.ttft_sum / self.ttft_n * 1e3 if self.ttft_n else None,
-            mean_itl_ms=self.itl_sum / self.itl_n * 1e3 if self.itl_n else None,
+            mean_ttft_ms=sum(self.ttft_s) / len(self.ttft_s) * 1e3 if self.ttft_s else None,
+            mean_itl_ms=sum(self.itl_s) / len(self.itl_s) * 1e3 if self.itl_s else None,
             mean_request_duration_s=self.dur_sum / self.dur_n if self.dur_n else None,
             source="sim",
-            ttft_histogram=LatencyHistogram.of(self.ttft_ms, TTFT_BOUNDS_MS),
-            itl_histogram=LatencyHistogram.of(self.itl_ms, TPOT_BOUNDS_MS),
+            ttft_histogram=LatencyHistogram.of([x * 1e3 for x in self.ttft_s], TTFT_BOUNDS_MS),
+            itl_histogram=LatencyHistogram.of([x * 1e3 for x in self.itl_s], TPOT_BOUNDS_MS),
         )
         self.start_s += self.interval_s
         self._reset()

@@ -35,6 +35,7 @@ HISTOGRAMS = {
 }
 MEAN_KEYS = tuple(HISTOGRAMS)
 _T = TypeVar("_T")
+_V = TypeVar("_V")
 
 Ratio = tuple[str, str]
 """``(numerator, denominator)``: full names of two counters whose increases divide to a mean."""
@@ -201,6 +202,12 @@ def parse_scalar(body: object) -> float | None:
         raise PromQueryError("bad_response", repr(exc)) from None
 
 
+def _finite_scalar(body: object) -> float | None:
+    """A scalar answer, a non-finite one counting as no data."""
+    v = parse_scalar(body)
+    return v if v is not None and math.isfinite(v) else None
+
+
 def finite_or_none(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) and v >= 0 else None
 
@@ -243,19 +250,10 @@ class PrometheusTraffic:
     async def histogram(
         self, key: str, now_s: float, window_s: float, errors: list[str]
     ) -> LatencyHistogram | None:
-        """The first candidate of ``key`` with data (asked first next time)."""
+        """The first bucket series of ``key`` with data wins (and is tried first next time)."""
         tried = self.bucket_series.get(key, [])
-        for name in list(tried):
-            try:
-                h = parse_buckets(await self._get(buckets_query(name, self.labels, window_s), now_s))
-            except PromQueryError as exc:
-                errors.append(f"{key}_buckets:{exc.kind}")
-                continue
-            if h is not None:
-                tried.remove(name)
-                tried.insert(0, name)
-                return h
-        return None
+        query = lambda name: buckets_query(name, self.labels, window_s)  # noqa: E731
+        return await self._first(tried, query, now_s, errors, f"{key}_buckets", parse_buckets)
 
     async def _get(self, promql: str, at_s: float) -> object:
         try:
@@ -279,18 +277,18 @@ class PrometheusTraffic:
         now_s: float,
         errors: list[str],
         tag: str,
-        finite: bool = False,
-    ) -> float | None:
-        """The answer of the first candidate with data (``finite``: a non-finite answer is no data),
+        parse: Callable[[object], _V | None],
+    ) -> _V | None:
+        """The answer (``parse`` of the response; None is no data) of the first candidate with data,
         moved to the front of ``tried`` (asked first next time); a failed query is listed in
         ``errors`` as ``{tag}:{kind}``."""
         for cand in list(tried):
             try:
-                v = await self.query(promql(cand), now_s)
+                v = parse(await self._get(promql(cand), now_s))
             except PromQueryError as exc:
                 errors.append(f"{tag}:{exc.kind}")
                 continue
-            if v is not None and (not finite or math.isfinite(v)):
+            if v is not None:
                 tried.remove(cand)
                 tried.insert(0, cand)
                 return v
@@ -304,7 +302,7 @@ class PrometheusTraffic:
             now_s,
             errors,
             "count",
-            finite=True,
+            _finite_scalar,
         )
         return None if v is None else max(v, 0.0)
 
@@ -312,7 +310,9 @@ class PrometheusTraffic:
         """First ratio of ``key`` with data wins (and is tried first next time). A ratio answering
         NaN (0/0: the series exist, no request in the interval) is the answer, not a miss."""
         ratios = self.mean_ratios.get(key, [])
-        v = await self._first(ratios, lambda r: ratio_query(r, self.labels, window_s), now_s, errors, key)
+        v = await self._first(
+            ratios, lambda r: ratio_query(r, self.labels, window_s), now_s, errors, key, parse_scalar
+        )
         return finite_or_none(v)
 
     async def read(self, now_s: float, window_s: float) -> Reading:

@@ -113,17 +113,24 @@ def settle(
     mine = [c for s, c in due if abs(s - start) <= tol]
     if demand is None or not mine or memory < 1:
         return cal
-    capacity = mine[-1]
+    return _adapt(cal, demand, max(demand - mine[-1], 0.0), target, memory)
+
+
+def _adapt(
+    cal: SpreadCalibration, amount: float, miss: float, target: float, memory: int
+) -> SpreadCalibration:
+    """One settled sample of ``amount`` (demand, or requests) of which ``miss`` was not served in
+    time: the moving level and coverage, and the scale's update ``gamma x (miss - (1 - target) x
+    amount) / level``."""
     a = max(1.0 / memory, 1.0 / (cal.settled + 1))
-    level = demand if cal.level is None else cal.level + a * (demand - cal.level)
-    miss = max(demand - capacity, 0.0)
-    served = (1 - a) * cal.served + (demand - miss)
-    total = (1 - a) * cal.demand + demand
+    level = amount if cal.level is None else cal.level + a * (amount - cal.level)
+    served = (1 - a) * cal.served + (amount - miss)
+    total = (1 - a) * cal.demand + amount
     cal = replace(cal, level=level, served=served, demand=total, settled=cal.settled + 1)
     if target >= 1.0 or level <= 0.0:
         return cal
     gamma = 1.0 / (memory * (1.0 - target))
-    scale = cal.scale + gamma * (miss - (1.0 - target) * demand) / level
+    scale = cal.scale + gamma * (miss - (1.0 - target) * amount) / level
     return replace(cal, scale=min(max(scale, 0.0), MAX_SCALE))
 
 
@@ -176,14 +183,4 @@ def settle_latency(
     cal = replace(cal, settled_s=start_s, pending=())
     if requests <= 0 or memory < 1 or not (math.isfinite(requests) and math.isfinite(within)):
         return cal
-    a = max(1.0 / memory, 1.0 / (cal.settled + 1))
-    level = requests if cal.level is None else cal.level + a * (requests - cal.level)
-    miss = requests * (1.0 - min(max(within, 0.0), 1.0))
-    served = (1 - a) * cal.served + (requests - miss)
-    total = (1 - a) * cal.demand + requests
-    cal = replace(cal, level=level, served=served, demand=total, settled=cal.settled + 1)
-    if target >= 1.0 or level <= 0.0:
-        return cal
-    gamma = 1.0 / (memory * (1.0 - target))
-    scale = cal.scale + gamma * (miss - (1.0 - target) * requests) / level
-    return replace(cal, scale=min(max(scale, 0.0), MAX_SCALE))
+    return _adapt(cal, requests, requests * (1.0 - min(max(within, 0.0), 1.0)), target, memory)
