@@ -95,6 +95,28 @@ def test_negative_slope_rejected(
     assert model.to_latency_model().reason == fit.reason
 
 
+def test_reference_decode_clips_a_negative_request_coefficient() -> None:
+    # requests -1e-4 s each, kv +1e-7: the reference keeps the fit and sets the requests' coefficient
+    # to 0; ours rejects it; a negative kv coefficient is rejected by both
+    rows = [[1, 1e5], [2, 2e5], [3, 1e5], [4, 3e5], [5, 2e5], [6, 4e5]]
+    walls = [0.02 - 1e-4 * n + 1e-7 * kv for n, kv in rows]
+    ref = OnlineRegression(RegressionConfig.reference(Component.DECODE))
+    ours = OnlineRegression(RegressionConfig(component=Component.DECODE))
+    for row, wall in zip(rows, walls, strict=True):
+        ref.add_sample(row, wall)
+        ours.add_sample(row, wall)
+    fit = ref.fit()
+    assert fit.ready and fit.reason == ""
+    assert fit.coefficients[0] == 0.0
+    assert fit.coefficients[1] == pytest.approx(1e-7, rel=1e-6)
+    assert fit.intercept_s == pytest.approx(0.02, rel=1e-6)
+    assert ours.fit().reason == "negative_slope:num_decode_requests"
+    flipped = OnlineRegression(RegressionConfig.reference(Component.DECODE))
+    for row, wall in zip(rows, [0.02 + 1e-4 * n - 1e-7 * kv for n, kv in rows], strict=True):
+        flipped.add_sample(row, wall)
+    assert flipped.fit().reason == "negative_slope:sum_decode_kv_tokens"
+
+
 def test_degenerate_inputs() -> None:
     # every pass had the same token count: the slope is not identifiable
     model = OnlineRegression(RegressionConfig(component=Component.PREFILL))

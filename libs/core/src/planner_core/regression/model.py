@@ -48,6 +48,10 @@ class RegressionConfig:
     retention: Retention = "bucketed"
     avg_window: int = 64
     huber_k: float = 1.345
+    clip_negative: frozenset[str] = frozenset()
+    """Inputs whose negative coefficient is set to 0 instead of rejecting the fit. The reference's
+    current decode model does this for ``num_decode_requests``: it grows with the KV tokens, and under
+    that collinearity its coefficient can come out below 0 while the fit is sound."""
 
     def __post_init__(self) -> None:
         if self.min_samples < 2 or self.max_samples < self.min_samples:
@@ -61,8 +65,10 @@ class RegressionConfig:
 
     @classmethod
     def reference(cls, component: Component) -> RegressionConfig:
-        """The reference planner: OLS, bucketed, no cold-start exclusion."""
-        return cls(component=component, method="ols", cold_start_s=0.0)
+        """The reference planner: OLS, bucketed, no cold-start exclusion, a negative
+        ``num_decode_requests`` coefficient clipped to 0 (decode)."""
+        clip = frozenset({"num_decode_requests"}) if component is Component.DECODE else frozenset()
+        return cls(component=component, method="ols", cold_start_s=0.0, clip_negative=clip)
 
 
 def features_of(component: Component, fpm: ForwardPassMetrics) -> tuple[float, ...]:
@@ -147,9 +153,15 @@ class OnlineRegression:
         )
         if not lf.ok:
             return FitResult(False, lf.reason, self.features, 0.0, zeros, n, None)
-        negative = [name for name, c in zip(self.features, lf.coefs, strict=True) if c < 0]
+        clip = self.config.clip_negative
+        negative = [
+            name for name, c in zip(self.features, lf.coefs, strict=True) if c < 0 and name not in clip
+        ]
         reason = f"negative_slope:{','.join(negative)}" if negative else ""
-        return FitResult(not negative, reason, self.features, lf.intercept, lf.coefs, n, lf.r2)
+        coefs = tuple(
+            0.0 if c < 0 and name in clip else c for name, c in zip(self.features, lf.coefs, strict=True)
+        )
+        return FitResult(not negative, reason, self.features, lf.intercept, coefs, n, lf.r2)
 
     def predict_s(self, x: tuple[float, ...] | list[float]) -> float | None:
         fit = self.fit()
