@@ -1,7 +1,8 @@
 """deploy/nats as shipped: the rendered 3-node StatefulSet's nats.conf and auth.conf, each pod's
 environment built as the kubelet builds it (the Secret planner-nats, then ``env`` with its
 ``$(VAR)`` references), run as three real nats-servers. The planner's users reach JetStream R3 over
-TLS, anonymous clients and a node without the route password are refused.
+TLS, the nodes route to each other over mutual TLS; anonymous clients, and nodes without the route
+password, without TLS or with a certificate of another CA are refused.
 
 What stands in for the cluster, and nothing else is changed: each pod's DNS name in the route URLs
 and its listen ports are loopback ports, its mounted paths (TLS Secret, data, pid) local folders.
@@ -14,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 import urllib.request
 from collections.abc import AsyncIterator
@@ -55,8 +57,8 @@ def _kubelet_env(container: dict[str, Any], secrets: dict[str, dict[str, str]], 
     return env
 
 
-def _once(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, f"the shipped nats.conf has {text.count(old)} of {old!r}"
+def _once(text: str, old: str, new: str, times: int = 1) -> str:
+    assert text.count(old) == times, f"the shipped nats.conf has {text.count(old)} of {old!r}, not {times}"
     return text.replace(old, new)
 
 
@@ -70,7 +72,8 @@ class Cluster:
         st.make_tls(self.tls)  # valid for 127.0.0.1 and the Service name "nats"
         auth_vars = re.findall(r"password: \$(\w+)", cm["data"]["auth.conf"])
         self.passwords = {v: os.urandom(8).hex() for v in auth_vars}
-        secrets = {"planner-nats": {**self.passwords, "ROUTE_PASSWORD": os.urandom(8).hex()}}
+        self.route_password = os.urandom(8).hex()
+        secrets = {"planner-nats": {**self.passwords, "ROUTE_PASSWORD": self.route_password}}
         self.client = [free_port() for _ in range(SIZE)]
         self.route = [free_port() for _ in range(SIZE)]
         self.monitor = [free_port() for _ in range(SIZE)]
@@ -84,9 +87,8 @@ class Cluster:
             for name, text in cm["data"].items():
                 (folder / name).write_text(text)
             conf = cm["data"]["nats.conf"]
-            conf = _once(conf, "/etc/nats/tls/tls.crt", f"{self.tls}/tls.crt")
-            conf = _once(conf, "/etc/nats/tls/tls.key", f"{self.tls}/tls.key")
-            conf = _once(conf, "/etc/nats/tls/ca.crt", f"{self.tls}/ca.crt")
+            for f in ("tls.crt", "tls.key", "ca.crt"):  # client TLS and route TLS
+                conf = _once(conf, f"/etc/nats/tls/{f}", f"{self.tls}/{f}", times=2)
             conf = _once(conf, "store_dir: /data", f"store_dir: {folder / 'data'}")
             conf = _once(conf, "/var/run/nats", str(folder))
             conf = _once(conf, "http: 8222", f"http: 127.0.0.1:{self.monitor[i]}")
@@ -188,23 +190,79 @@ async def test_the_shipped_cluster_refuses_anonymous_clients_plain_text_and_fore
             tls=__import__("ssl").create_default_context(cafile=str(cluster.tls / "ca.crt")),
         )  # fmt: skip
         await nc.close()
-    # a node that knows the route addresses but not the password never joins
-    foreign = tmp_path / "foreign"
-    foreign.mkdir()
-    (foreign / "nats.conf").write_text(
-        "server_name: intruder\n"
-        f"cluster {{ name: planner, listen: 127.0.0.1:{free_port()}, routes: ["
-        + ", ".join(f"nats://route:wrong@127.0.0.1:{p}" for p in cluster.route)
-        + "] }\n"
-    )
-    intruder = NatsServer(
-        jetstream=False, extra_args=["-c", str(foreign / "nats.conf")], log_file=foreign / "log"
-    )
-    await asyncio.to_thread(intruder.start, 15)
+    # nodes that know the route addresses never join: without the password, without TLS, or with a
+    # certificate of another CA
+    other = tmp_path / "another-ca"
+    st.make_tls(other)
+    password = cluster.route_password
+    intruders = {
+        "no-password": ("route:wrong@", cluster.tls),
+        "no-tls": (f"route:{password}@", None),
+        "other-ca": (f"route:{password}@", other),
+    }
+    started: list[NatsServer] = []
     try:
+        for name, (creds, tls) in intruders.items():
+            folder = tmp_path / name
+            folder.mkdir()
+            block = (
+                f"tls {{ cert_file: {tls}/tls.crt, key_file: {tls}/tls.key, ca_file: {tls}/ca.crt, verify: true }}, "
+                if tls is not None
+                else ""
+            )
+            (folder / "nats.conf").write_text(
+                f"server_name: {name}\n"
+                f"cluster {{ name: planner, listen: 127.0.0.1:{free_port()}, {block}routes: ["
+                + ", ".join(f"nats://{creds}127.0.0.1:{p}" for p in cluster.route)
+                + "] }\n"
+            )
+            server = NatsServer(
+                jetstream=False, extra_args=["-c", str(folder / "nats.conf")], log_file=folder / "log"
+            )
+            await asyncio.to_thread(server.start, 15)
+            started.append(server)
         await asyncio.sleep(3.0)
         for i in range(SIZE):
-            assert "intruder" not in cluster.routes(i)
-        assert "Authorization Violation" in (foreign / "log").read_text(errors="replace")
+            assert not (cluster.routes(i) & set(intruders)), f"nats-{i} routed to {cluster.routes(i)}"
+        assert "Authorization Violation" in (tmp_path / "no-password" / "log").read_text(errors="replace")
     finally:
-        await asyncio.to_thread(intruder.close)
+        for server in started:
+            await asyncio.to_thread(server.close)
+
+
+def test_the_documented_certificate_recipe_fits_clients_and_routes(tmp_path: Path) -> None:
+    """The openssl commands of docs/getting-started/kubernetes.md, run as written: the certificate is
+    valid for the Service name and every pod's headless name, for server and client use."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    doc = (st.REPO / "docs/getting-started/kubernetes.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", doc, re.S) if "openssl x509 -req" in b)
+    subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, check=True, capture_output=True, timeout=60
+    )
+    crt = str(tmp_path / "nats.crt")
+    verify = subprocess.run(
+        ["openssl", "verify", "-CAfile", "ca.crt", "-purpose", "sslserver", crt],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    verify = subprocess.run(
+        ["openssl", "verify", "-CAfile", "ca.crt", "-purpose", "sslclient", crt],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    for host in ("nats", "nats.planner.svc", *(f"nats-{i}.nats-headless" for i in range(SIZE))):
+        out = subprocess.run(
+            ["openssl", "x509", "-in", crt, "-noout", "-checkhost", host], capture_output=True, text=True
+        )
+        assert "does match" in out.stdout, out.stdout + out.stderr
+    out = subprocess.run(
+        ["openssl", "x509", "-in", crt, "-noout", "-checkhost", "nats-0.elsewhere"],
+        capture_output=True,
+        text=True,
+    )
+    assert "does NOT match" in out.stdout
