@@ -8,6 +8,7 @@ import asyncio
 import collections
 import signal
 import time
+import urllib.request
 
 import pytest
 
@@ -130,3 +131,42 @@ async def test_two_relays_split_engines_and_fail_over(nats_server: NatsServer) -
         for e in engines:
             await e.close()
         await bus.close()
+
+
+def _gauge(port: int, name: str) -> float | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+async def test_relays_with_other_engine_sources_name_each_other(nats_server: NatsServer) -> None:
+    """Two replicas, one with a static engine the other does not know: both count the other as
+    configured differently, and the one with the extra engine says so in its log."""
+    ports = [free_port(), free_port()]
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    procs = [
+        start_relay_process(nats_server.url, "r1", ports[0], "--static-engines", f'["decode:s1={endpoint}"]'),
+        start_relay_process(nats_server.url, "r2", ports[1]),
+    ]
+    try:
+        for p in ports:
+            await wait_until(lambda p=p: healthy(p), 20, "relay healthy", step_s=0.1)
+        for p in ports:
+            await wait_until(
+                lambda p=p: _gauge(p, "planner_fpm_relay_config_mismatch") == 1.0,
+                15,
+                "mismatch counted",
+                step_s=0.2,
+            )
+        procs[0].send_signal(signal.SIGTERM)
+        _, err = await asyncio.to_thread(procs[0].communicate, None, 15)
+        assert b"relay_config_mismatch" in err and b'"r2"' in err, err.decode(errors="replace")[-2000:]
+    finally:
+        for proc in procs:
+            stop_process(proc)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
 import nats.js.errors
 import pytest
 
-from planner_fpm_relay.kvmirror import KvMirror
-from planner_fpm_relay.membership import Membership
+from planner_fpm_relay.kvmirror import KvMirror, KvValue
+from planner_fpm_relay.membership import Membership, config_fingerprint
 
 
 class FakeKv:
@@ -196,3 +197,22 @@ async def test_kv_mirror_stops_even_when_a_cancellation_is_lost(how: str) -> Non
     await asyncio.wait_for(asyncio.wait({task}), timeout=1.0)
     assert task.done()
     assert all(w.stopped for w in kv.watchers)
+
+
+def test_config_fingerprint_is_order_free_and_tells_configs_apart() -> None:
+    a = config_fingerprint(["10.0.0.1:8000", "10.0.0.2:8000"], ["prefill:llm:app=prefill"])
+    assert a == config_fingerprint(["10.0.0.2:8000", "10.0.0.1:8000"], ["prefill:llm:app=prefill"])
+    assert a != config_fingerprint(["10.0.0.1:8000"], ["prefill:llm:app=prefill"])
+    assert a != config_fingerprint(["10.0.0.1:8000", "10.0.0.2:8000"], [])
+
+
+def test_relays_with_another_config_are_named() -> None:
+    kv = FakeKv()
+    kv_any: Any = kv
+    m = Membership(kv_any, "t", "r1", 6.0, 2.0, lambda: None, Clock(), 4, config="aaa")
+    same = KvValue(msgspec.json.encode({"relay": "r2", "config": "aaa"}), 1)
+    other = KvValue(msgspec.json.encode({"relay": "r3", "config": "bbb"}), 2)
+    older = KvValue(b"r4", 3)  # a relay that publishes only its id: not judged
+    m.mirror.entries = {"t.member.r2": same, "t.member.r3": other, "t.member.r4": older}
+    assert m.differing() == ["r3"]
+    assert m.members() == ["r1", "r2", "r3", "r4"]

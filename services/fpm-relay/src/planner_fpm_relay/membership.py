@@ -54,9 +54,11 @@ cover scale-out (the old owner is alive and its key never goes away) without a t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import hashlib
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
+import msgspec
 import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
@@ -65,6 +67,21 @@ from planner_fpm_relay.kvmirror import KvMirror
 from planner_runtime.logs import get_logger
 
 log = get_logger("planner.fpm-relay.membership")
+
+
+def config_fingerprint(static_engines: Sequence[str], pod_discovery: Sequence[str]) -> str:
+    """A short digest of where a relay finds engines beside the registry: its static engines'
+    keys and its pod discovery sources (order does not matter)."""
+    doc = msgspec.json.encode({"static": sorted(static_engines), "pods": sorted(pod_discovery)})
+    return hashlib.sha256(doc).hexdigest()[:16]
+
+
+class _MemberValue(msgspec.Struct, frozen=True):
+    """What a relay's membership key holds."""
+
+    relay: str
+    config: str
+
 
 T = TypeVar("T")
 
@@ -94,7 +111,11 @@ class Membership:
         on_change: Callable[[], None],
         clock: Callable[[], float],
         concurrency: int = 64,
+        config: str = "",
     ) -> None:
+        """``config``: a fingerprint of what this relay finds engines from beside the registry (its
+        static engines and pod discovery), published in its membership key: relays that differ shard
+        engines some of them do not know (:meth:`differing`)."""
         self.kv = kv
         self.ns = ns
         self.relay_id = relay_id
@@ -103,7 +124,10 @@ class Membership:
         self.clock = clock
         self.concurrency = concurrency
         self.leases: dict[str, Lease] = {}
+        self.config = config
         self._value = relay_id.encode()
+        """What a claim holds: the owner's id."""
+        self._member_value = msgspec.json.encode({"relay": relay_id, "config": config})
         self._renewing: dict[str, asyncio.Future[None]] = {}
         """Claims whose renewal is in flight (a release waits for it)."""
         self._member_prefix = f"{ns}.member."
@@ -120,6 +144,19 @@ class Membership:
         ids.add(self.relay_id)
         return sorted(ids)
 
+    def differing(self) -> list[str]:
+        """Live relays (sorted) whose published config fingerprint is not this one's; a key without
+        one (an older relay) is not counted."""
+        out = []
+        for key, entry in self.mirror.entries.items():
+            try:
+                theirs = msgspec.json.decode(entry.value, type=_MemberValue).config
+            except msgspec.DecodeError:
+                continue
+            if theirs != self.config:
+                out.append(key.removeprefix(self._member_prefix))
+        return sorted(out)
+
     def lease_ok(self, engine_key: str, now: float) -> bool:
         lease = self.leases.get(engine_key)
         return lease is not None and now < lease.valid_until
@@ -129,7 +166,7 @@ class Membership:
         delete would show a ghost member for a TTL)."""
         async with self._member_lock:
             if not self._left:
-                await self.kv.put(f"{self._member_prefix}{self.relay_id}", self._value)
+                await self.kv.put(f"{self._member_prefix}{self.relay_id}", self._member_value)
 
     async def _bounded(self, items: list[T], fn: Callable[[T], Awaitable[None]]) -> None:
         """``fn`` on every item, at most ``concurrency`` at a time, in order (``fn`` must not raise)."""

@@ -66,6 +66,11 @@ class RelayMetrics:
             registry=registry,
         )
         self.members = Gauge("planner_fpm_relay_members", "Live relay replicas seen", registry=registry)
+        self.config_mismatch = Gauge(
+            "planner_fpm_relay_config_mismatch",
+            "Live relay replicas whose static engines or pod discovery differ from this one's",
+            registry=registry,
+        )
         self.claims = Gauge("planner_fpm_relay_claims", "Engine claims this relay holds", registry=registry)
         self.scrapes = Counter(
             "planner_fpm_scrapes",

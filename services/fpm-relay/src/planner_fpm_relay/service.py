@@ -29,7 +29,7 @@ from planner_core.engines.capabilities import capabilities_from_metrics
 from planner_fpm_relay.discovery import PodLister, PodListError, parse_pod_sources, targets_from_pods
 from planner_fpm_relay.fanin import Batch, EngineStream, FanIn, SharedSocket
 from planner_fpm_relay.kvmirror import KvMirror
-from planner_fpm_relay.membership import Membership
+from planner_fpm_relay.membership import Membership, config_fingerprint
 from planner_fpm_relay.metrics import RelayMetrics
 from planner_fpm_relay.publisher import Publisher
 from planner_fpm_relay.scrape.adapters import READING_FIELDS, ScrapeError, read_load
@@ -56,6 +56,7 @@ class FpmRelayService(Service[FpmRelaySettings]):
         self.metrics = RelayMetrics(self.registry)
         self.static = parse_static_engines(settings.static_engines)
         self.pod_sources = parse_pod_sources(settings.pod_discovery)
+        self._differing: list[str] = []
         self.discovered: dict[int, dict[str, EngineTarget]] = {}
         """Targets found by each ``pod_discovery`` source (its index), as last listed."""
         self._pods: PodLister | None = None
@@ -93,6 +94,7 @@ class FpmRelayService(Service[FpmRelaySettings]):
                 self._dirty.set,
                 loop.time,
                 s.relay_kv_concurrency,
+                config_fingerprint(sorted(self.static), s.pod_discovery),
             )
             await self.membership.heartbeat()
             # relays started together see each other before claiming: no relay grabs every engine
@@ -144,6 +146,22 @@ class FpmRelayService(Service[FpmRelaySettings]):
         self.spawn(self._reconcile_loop(), "reconcile")
         self.every(s.scrape_interval_s, self._scrape_all, "scrape")
         self.log.info("relay_ready", relay_id=self.relay_id, static_engines=len(self.static))
+
+    def _check_config(self, differing: list[str]) -> None:
+        """Say once when live relays find engines from another static list or pod discovery than
+        this one (each shards the engines it knows over all members: an engine only some know may
+        be assigned to one that never scrapes it), and once when they agree again."""
+        self.metrics.config_mismatch.set(len(differing))
+        if differing == self._differing:
+            return
+        self._differing = differing
+        if differing:
+            self.log.warning(
+                "relay_config_mismatch", relays=differing,
+                hint="every relay replica needs the same static_engines and pod_discovery",
+            )  # fmt: skip
+        else:
+            self.log.info("relay_config_match")
 
     # ---- what exists, what is mine --------------------------------------------------------------
     def _targets(self) -> dict[str, EngineTarget]:
@@ -235,6 +253,7 @@ class FpmRelayService(Service[FpmRelaySettings]):
             if ms is not None:
                 members = ms.members()
                 self.metrics.members.set(len(members))
+                self._check_config(ms.differing())
                 mine = owned(targets, members, self.relay_id)
             else:
                 mine = set(targets)
