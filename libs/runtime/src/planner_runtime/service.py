@@ -96,6 +96,10 @@ class Service(Generic[S]):
     async def setup(self) -> None:
         """Subscribe and start loops. Called once NATS is connected."""
 
+    async def started(self) -> None:
+        """Called once after ``setup`` when the instance knows its first role (active, or standby
+        behind another holder): start here the loops whose first run must know it."""
+
     async def drain(self) -> None:
         """Finish in-flight work after SIGTERM (bounded by ``drain_timeout_s``)."""
 
@@ -232,6 +236,7 @@ class Service(Generic[S]):
             await self.activate()
         else:
             await self._start_lease()
+        await self.started()
         self.log.info("started", service=self.name, role="active" if self.is_active else "standby")
         await self.stopping.wait()
         await self.shutdown()

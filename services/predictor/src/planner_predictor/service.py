@@ -168,9 +168,13 @@ class PredictorService(Service[PredictorSettings]):
             await self.bus.subscribe(self.subjects.load(), WorkerLoadSample, self._on_load)
         else:
             await self.bus.subscribe(self.subjects.traffic(), TrafficSample, self._on_traffic)
+
+    async def started(self) -> None:
         # every instance learns (a standby that takes over forecasts from its own history); only the
-        # active one publishes
-        self.every(s.interval_s, self._tick, "forecast")
+        # active one publishes. Started once the first role is known: a first tick that ran before
+        # the lease was taken would learn its interval without publishing it (nothing for a whole
+        # interval after a lone predictor starts)
+        self.every(self.settings.interval_s, self._tick, "forecast")
 
     async def activate(self) -> None:
         if self.demand is not None:
