@@ -11,6 +11,7 @@ import time
 import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from planner_fpm_relay.sharding import owner
 from planner_proto import Component, EngineInfo, Subjects, encode
@@ -134,15 +135,14 @@ async def test_two_relays_split_engines_and_fail_over(nats_server: NatsServer) -
 
 
 def _gauge(port: int, name: str) -> float | None:
+    """A gauge of the relay's /metrics (None when unreachable or absent)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
             text = r.read().decode()
     except OSError:
         return None
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
+    values = [s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
+    return values[0] if values else None
 
 
 async def test_relays_with_other_engine_sources_name_each_other(nats_server: NatsServer) -> None:

@@ -153,15 +153,16 @@ class OnlineRegression:
         )
         if not lf.ok:
             return FitResult(False, lf.reason, self.features, 0.0, zeros, n, None)
-        clip = self.config.clip_negative
-        negative = [
-            name for name, c in zip(self.features, lf.coefs, strict=True) if c < 0 and name not in clip
-        ]
+        negative: list[str] = []
+        coefs: list[float] = []
+        for name, c in zip(self.features, lf.coefs, strict=True):
+            if c < 0 and name in self.config.clip_negative:
+                c = 0.0
+            elif c < 0:
+                negative.append(name)
+            coefs.append(c)
         reason = f"negative_slope:{','.join(negative)}" if negative else ""
-        coefs = tuple(
-            0.0 if c < 0 and name in clip else c for name, c in zip(self.features, lf.coefs, strict=True)
-        )
-        return FitResult(not negative, reason, self.features, lf.intercept, coefs, n, lf.r2)
+        return FitResult(not negative, reason, self.features, lf.intercept, tuple(coefs), n, lf.r2)
 
     def predict_s(self, x: tuple[float, ...] | list[float]) -> float | None:
         fit = self.fit()
