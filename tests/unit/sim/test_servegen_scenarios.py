@@ -62,7 +62,7 @@ def test_scenarios() -> None:
     assert set(SCENARIOS) == {
         "azure-conv", "azure-code", "servegen-day", "servegen-week", "sinusoid",
         "flat", "step-up", "step-down", "spikes", "slow-sinusoid", "small-fleet", "long-prompts",
-        "fast-sinusoid", "small-step", "long-prompt-spikes",
+        "fast-sinusoid", "small-step", "long-prompt-spikes", "flicker", "surges", "long-flat", "wide-wave",
     }  # fmt: skip
     assert all(is_generated(sc.source) for n, sc in SCENARIOS.items() if not n.startswith("azure"))
     assert scenario("long-prompts").ttft_ms_per_1k_isl == 100.0

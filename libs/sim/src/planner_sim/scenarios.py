@@ -148,6 +148,41 @@ SCENARIOS: dict[str, Scenario] = {
             ttft_ms_per_1k_isl=100.0,
             description="two-minute 6x spikes of long prompts (ISL 8000) every 15 minutes, ISL-scaled TTFT, 6-GPU peak",
         ),
+        # added after the queueing calibration on the requests' TTFT (PolicyConfig.calibrate_queue),
+        # measured once, nothing set on them
+        Scenario(
+            name="flicker",
+            source=(
+                "synthetic:shape=burst,rps=2,peak_rps=8,burst_every_s=40,burst_len_s=10,isl=2000,osl=300,"
+                "duration_s=3600"
+            ),
+            description="bursts within a traffic sample: 10 s at 4x every 40 s, a flat mean, 1 h, 8-GPU peak",
+        ),
+        Scenario(
+            name="surges",
+            source=(
+                "synthetic:shape=burst,rps=3,peak_rps=9,burst_every_s=1200,burst_len_s=240,isl=1000,osl=500,"
+                "duration_s=3600"
+            ),
+            ttft_ms=300.0,
+            itl_ms=30.0,
+            description="four-minute 3x surges every 20 minutes (the first at the start), ISL 1000 / OSL 500, TTFT 300 ms / ITL 30 ms",
+        ),
+        Scenario(
+            name="long-flat",
+            source="synthetic:shape=constant,rps=1,isl=6000,osl=200,duration_s=3600",
+            peak_gpus=4.0,
+            ttft_ms_per_1k_isl=100.0,
+            description="flat long prompts (ISL 6000 / OSL 200), ISL-scaled TTFT, a 4-GPU fleet, 1 h",
+        ),
+        Scenario(
+            name="wide-wave",
+            source="synthetic:shape=sinusoid,rps=4,peak_rps=16,period_s=2400,isl=1000,osl=500,duration_s=5400",
+            ttft_ms=300.0,
+            itl_ms=30.0,
+            peak_gpus=10.0,
+            description="a 40-minute wave, 4 <-> 16 req/s, ISL 1000 / OSL 500, TTFT 300 ms / ITL 30 ms, 10-GPU peak, 1.5 h",
+        ),
     )
 }
 

@@ -167,6 +167,14 @@ class PolicyConfig:
     arrival_variability: Positive = 2.0
     """c_a^2 + c_s^2 of prefill arrivals and service in the queueing tail (2 = Poisson arrivals,
     exponential service); burstier traffic needs more, and the predictive floor more engines."""
+    calibrate_queue: bool = True
+    """Combined policy: calibrate prefill's queueing on the requests' own TTFT (the traffic samples'
+    histograms): the variability the utilisation cap is sized with falls while fewer TTFTs miss than
+    ``target_attainment`` allows and rises when more do (:mod:`planner_core.policy.queue_calibration`),
+    so the knob is what the requests get. False: ``arrival_variability`` as set."""
+    queue_memory_samples: AtLeastOne = 60
+    """Traffic samples the queueing calibration remembers: this many average samples without a TTFT
+    miss halve the variability."""
     use_forecast_upper: bool = False
     """Size for ``LoadForecast.num_requests_upper`` when the predictor gives one."""
 

@@ -44,6 +44,7 @@ from planner_core.policy.calibration import (
     share_within,
 )
 from planner_core.policy.config import PolicyConfig
+from planner_core.policy.queue_calibration import QueueCalibration, settle_queue
 from planner_core.policy.queueing import max_prefill_utilisation
 from planner_core.policy.types import (
     DECODE,
@@ -86,15 +87,19 @@ def predictive_floor(
     comps = set(inputs.replicas)
     pre, dec = demand.component(PREFILL), demand.component(DECODE)
     cals = _settled(inputs, st, cfg)
+    queue = _queue_settled(inputs, st.queue, cfg)
     capacity: dict[str, Callable[[int], float]] = {}
 
     if PREFILL in comps and pre is not None:
         service_ms = _prefill_service_ms(inputs, isl)
-        util = max_prefill_utilisation(
-            service_ms, cfg.ttft_target_ms, cfg.target_attainment, cfg.arrival_variability
-        )
+        variability = cfg.arrival_variability * (queue.scale if cfg.calibrate_queue else 1.0)
+        util = max_prefill_utilisation(service_ms, cfg.ttft_target_ms, cfg.target_attainment, variability)
         per = prefill_rate_per_replica(service_ms, isl) * util
-        pre_extra: Diagnostics = {"service_ms": service_ms, "utilisation_cap": util}
+        pre_extra: Diagnostics = {
+            "service_ms": service_ms,
+            "utilisation_cap": util,
+            "queue_variability": variability,
+        }
         pre_cfg = _cold(cfg, pre)
         pre_scale = _scale(cals, PREFILL)
         out[PREFILL] = _over_horizon(
@@ -155,7 +160,17 @@ def predictive_floor(
         diag["predictive.seasonal"] = float(pre.steps[-1].forecaster == "seasonal")
         diag["predictive.fast_trend"] = float(pre.trend == "fast")
     onoff = {str(cd.component): cd.intermittent for cd in demand.components}
-    return out, replace(st, floor=floor, intermittent=onoff, calibration=cals), diag
+    return out, replace(st, floor=floor, intermittent=onoff, calibration=cals, queue=queue), diag
+
+
+def _queue_settled(inputs: DecisionInputs, cal: QueueCalibration, cfg: PolicyConfig) -> QueueCalibration:
+    """Prefill's queueing calibration with the latest traffic sample settled in."""
+    sample = inputs.traffic
+    if not cfg.calibrate_queue or sample is None:
+        return cal
+    ttft = share_within(sample.ttft_histogram, cfg.ttft_target_ms) if sample.ttft_histogram else None
+    itl = share_within(sample.itl_histogram, cfg.itl_target_ms) if sample.itl_histogram else None
+    return settle_queue(cal, sample, ttft, itl, cfg.target_attainment, cfg.queue_memory_samples)
 
 
 def _settled(inputs: DecisionInputs, st: PredictiveState, cfg: PolicyConfig) -> dict[str, SpreadCalibration]:

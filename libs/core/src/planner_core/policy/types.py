@@ -10,6 +10,7 @@ from typing import Protocol
 
 from planner_core.interpolation import DecodeInterpolator, PrefillInterpolator
 from planner_core.policy.calibration import SpreadCalibration
+from planner_core.policy.queue_calibration import QueueCalibration
 from planner_proto.decision import ComponentReplicas, Reason
 from planner_proto.demand import DemandForecast
 from planner_proto.state import ComponentSnapshot
@@ -119,6 +120,8 @@ class PredictiveState:
     """Per component, whether the latest demand forecast saw on-off traffic (holds a floor longer)."""
     calibration: dict[str, SpreadCalibration] = field(default_factory=dict)
     """Per component, the scale on the forecast spread its floors cover (:mod:`.calibration`)."""
+    queue: QueueCalibration = field(default_factory=QueueCalibration)
+    """Prefill's queueing variability calibrated on the requests' TTFT (:mod:`.queue_calibration`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

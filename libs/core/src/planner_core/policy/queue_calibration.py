@@ -1,0 +1,108 @@
+"""Ours: prefill's queueing calibrated on the requests' own TTFT, so the target attainment is what the
+requests get.
+
+The predictive floor runs each prefill engine at most at the utilisation whose queueing tail keeps
+the target share of TTFTs within the target (:func:`planner_core.policy.queueing.
+max_prefill_utilisation`). That tail is a model: one engine's queue with Poisson-like arrivals
+(variability ``c^2 = c_a^2 + c_s^2``, 2 by default). Behind a router that sends each request to the
+least-loaded engine the real tail is lighter (the engines pool their idle time); traffic that comes
+in bursts within a sample makes it heavier. And the forecast's spread is then covered to the target
+too, so on steady traffic the floor asks the knob twice and over-delivers.
+
+The traffic samples carry the requests' TTFT and ITL histograms (vLLM's buckets). This keeps a
+log-scale ``l`` on the variability, ``c^2 = arrival_variability x exp(l)``, adapted as adaptive
+conformal inference adapts its level (Gibbs and Candes, 2021), on each sample's TTFT misses:
+
+    l <- clip(l + kappa x (min(m, CLIP x a) - a) x (n / level) / (memory x a), -L, L)
+
+where ``m`` is the sample's share of TTFTs over the target, ``n`` its requests, ``level`` their moving
+average, and ``a`` the share of misses TTFT may have: the target's misses, aimed at the middle of the
+band a calibrated knob lands in (``aim``: 0.25 points under ``1 - target``, at most half of it),
+less the share the decode side misses its ITL target by (a moving average, as both count against the
+same requests). A memory's worth of average samples without a miss halves the variability
+(``kappa = ln 2``); misses beyond the allowed share raise it in proportion. One sample counts at most
+``CLIP`` times the allowed share: a step no queue model foresaw (every request misses while new
+engines start) is the forecast's and the load policy's to answer, and would otherwise hold the
+variability at its bound for an hour. Unclipped, the long-run share of TTFT misses converges to ``a``
+(the sum of the updates is bounded).
+
+Pure: the samples come in with the decision inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from planner_proto.traffic import TrafficSample
+
+KAPPA = math.log(2.0)
+"""A memory's worth of samples of average traffic with no TTFT miss halves the variability."""
+MAX_LOG_SCALE = math.log(8.0)
+"""The variability stays within 8x of ``arrival_variability`` either way."""
+CLIP = 10.0
+"""One sample's miss share counts at most this many times the allowed share."""
+BAND_MIDDLE = 0.0025
+"""The allowed misses aim this far (a quarter point) under ``1 - target``: the middle of the half
+point above the target a calibrated knob lands in."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueCalibration:
+    """Prefill's calibrated queueing variability and what it has seen."""
+
+    log_scale: float = 0.0
+    """``l``: the floor's variability is ``arrival_variability x exp(l)``."""
+    level: float | None = None
+    """Moving average of the settled samples' TTFT-measured requests: the unit of the update."""
+    itl_miss: float = 0.0
+    """Moving share of requests whose ITL missed its target."""
+    settled_s: float | None = None
+    """Start of the latest traffic sample settled."""
+    settled: int = 0
+    """Samples settled with TTFTs so far."""
+
+    @property
+    def scale(self) -> float:
+        """What the floor multiplies ``arrival_variability`` by."""
+        return math.exp(self.log_scale)
+
+
+def allowed_ttft_miss(target: float, itl_miss: float) -> float:
+    """The share of TTFTs that may miss: ``aim`` (the target's misses less :data:`BAND_MIDDLE`, at
+    least half of them) less what decode already misses, at least a quarter of ``aim``."""
+    aim = max((1.0 - target) - BAND_MIDDLE, (1.0 - target) / 2.0)
+    return max(aim - max(itl_miss, 0.0), aim / 4.0)
+
+
+def settle_queue(
+    cal: QueueCalibration,
+    sample: TrafficSample,
+    ttft_within: float | None,
+    itl_within: float | None,
+    target: float,
+    memory: int,
+) -> QueueCalibration:
+    """Settle one traffic sample: ``ttft_within`` / ``itl_within`` are the shares of its requests
+    within the TTFT / ITL targets (None where it measured none). A sample already settled, or one
+    without TTFTs, leaves the scale as it is."""
+    start = sample.start_s
+    if cal.settled_s is not None and start <= cal.settled_s:
+        return cal
+    cal = replace(cal, settled_s=start)
+    a = max(1.0 / max(memory, 1), 1.0 / (cal.settled + 1))
+    if itl_within is not None and math.isfinite(itl_within):
+        miss = 1.0 - min(max(itl_within, 0.0), 1.0)
+        cal = replace(cal, itl_miss=cal.itl_miss + a * (miss - cal.itl_miss))
+    h = sample.ttft_histogram
+    n = h.total if h is not None else 0.0
+    if ttft_within is None or not (math.isfinite(ttft_within) and math.isfinite(n)) or n <= 0:
+        return cal
+    if not 0.0 < target < 1.0 or memory < 1:
+        return cal
+    level = n if cal.level is None else cal.level + a * (n - cal.level)
+    cal = replace(cal, level=level, settled=cal.settled + 1)
+    allowed = allowed_ttft_miss(target, cal.itl_miss)
+    missed = min(1.0 - min(max(ttft_within, 0.0), 1.0), CLIP * allowed)
+    step = KAPPA * (missed - allowed) * (n / level) / (memory * allowed)
+    return replace(cal, log_scale=min(max(cal.log_scale + step, -MAX_LOG_SCALE), MAX_LOG_SCALE))
