@@ -255,6 +255,8 @@ async def test_the_predictive_floor_sizes_for_the_predictors_demand_forecast(
             await wait_until(
                 lambda c=c: dec.metric("planner_decider_spread_scale", {"component": c}) == 1.0, 5
             )
+        # nor a first token been timed: prefill's queue is sized with the variability as set
+        assert dec.metric("planner_decider_prefill_queue_variability") == dec.svc.cfg.arrival_variability
 
         # no newer forecast for longer than two of its intervals: missing, the last floor stands
         missing = {"state": "missing"}

@@ -82,6 +82,13 @@ class DeciderMetrics:
             ["component"],
             registry=r,
         )
+        self.queue_variability = Gauge(
+            "planner_decider_prefill_queue_variability",
+            "c_a^2 + c_s^2 the predictive floor sizes prefill's utilisation cap with: arrival_variability,"
+            " calibrated on the requests' TTFT when calibrate_queue is on (lower: fewer first tokens"
+            " missed than the target attainment allows, the engines run hotter)",
+            registry=r,
+        )
         self.floor_coverage = Gauge(
             "planner_decider_floor_coverage_ratio",
             "Share of the demand that came that the predictive floors sized for it covered (recent)",
@@ -147,6 +154,9 @@ class DeciderMetrics:
             covered = coverage(cal)
             if covered is not None:
                 self.floor_coverage.labels(c).set(covered)
+
+    def observe_queue(self, variability: float) -> None:
+        self.queue_variability.set(variability)
 
     def observe_slo(self, sample: TrafficSample, ttft_target_ms: float, itl_target_ms: float) -> None:
         """The sample's requests measured against the targets (nothing for a sample without

@@ -344,6 +344,8 @@ class DeciderService(Service[DeciderSettings]):
         self.metrics.observe_forecast(fc)
         self.metrics.observe_latency(snaps)
         self.metrics.observe_calibration(self.policy_state.predictive.calibration)
+        queue = self.policy_state.predictive.queue.scale if self.cfg.calibrate_queue else 1.0
+        self.metrics.observe_queue(self.cfg.arrival_variability * queue)
         desired = dict(out.result.desired) if out.result is not None else {}
         for c, n in desired.items():
             self.metrics.desired.labels(c).set(n)

@@ -1,0 +1,144 @@
+"""Prefill's queueing calibrated on the requests' own TTFT: samples within the allowed share of misses
+lower the variability, misses beyond it raise it (one sample by at most ``CLIP`` times the share),
+within bounds; over a long run the TTFT misses land at the allowed share; and inside ``decide`` a
+steady traffic whose first tokens are all in time runs prefill hotter, on fewer engines."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from planner_core.policy import PolicyConfig, PolicyKind
+from planner_core.policy.queue_calibration import (
+    CLIP,
+    KAPPA,
+    MAX_LOG_SCALE,
+    QueueCalibration,
+    allowed_ttft_miss,
+    settle_queue,
+)
+from planner_proto.traffic import LatencyHistogram, TrafficSample
+from tests.unit.policy.test_calibration import INTERVAL, drive, hist, steady
+
+
+def timed(i: int, n: float = 200.0, late: float = 0.0) -> TrafficSample:
+    """Sample ``i`` with ``n`` first tokens, the share ``late`` of them past a 500 ms target."""
+    h = hist([250.0, 500.0, 1000.0], [n * (1 - late), n * (1 - late), n], n)
+    return TrafficSample(
+        namespace="t", start_s=INTERVAL * i, interval_s=INTERVAL, num_requests=n, ttft_histogram=h
+    )
+
+
+def settle(
+    cal: QueueCalibration, i: int, within: float | None, n: float = 200.0, itl: float | None = None
+) -> QueueCalibration:
+    return settle_queue(cal, timed(i, n), within, itl, target=0.99, memory=60)
+
+
+@pytest.mark.parametrize(
+    ("target", "itl_miss", "allowed"),
+    [
+        (0.99, 0.0, 0.0075),  # a quarter point under the target's misses: the band's middle
+        (0.9, 0.0, 0.0975),
+        (0.999, 0.0, 0.0005),  # the target's misses are under half a point: half of them
+        (0.99, 0.004, 0.0035),  # what decode misses counts against the same requests
+        (0.99, 0.05, 0.0075 / 4),  # never under a quarter of the aim
+    ],
+)
+def test_the_allowed_share_aims_at_the_band_and_leaves_room_for_decode(
+    target: float, itl_miss: float, allowed: float
+) -> None:
+    assert allowed_ttft_miss(target, itl_miss) == pytest.approx(allowed)
+
+
+def test_a_memory_of_samples_in_time_halves_the_variability() -> None:
+    cal = QueueCalibration()
+    for i in range(60):
+        cal = settle(cal, i, 1.0)
+    assert cal.settled == 60
+    assert cal.scale == pytest.approx(0.5, rel=1e-9)
+
+
+def test_misses_beyond_the_share_raise_it_in_proportion_and_one_sample_counts_at_most_clip() -> None:
+    base = replace(QueueCalibration(), level=200.0, settled=100)
+    up = settle(base, 1, 1.0 - 0.0375)  # 5x the allowed share
+    assert up.log_scale == pytest.approx(KAPPA * 4 / 60)
+    all_late = settle(base, 1, 0.0)
+    assert all_late.log_scale == pytest.approx(KAPPA * (CLIP - 1) / 60)
+    big = settle(base, 1, 1.0 - 0.0375, n=400.0)  # twice the average sample counts twice
+    assert big.log_scale == pytest.approx(2 * KAPPA * 4 / 60, rel=0.05)
+
+
+def test_a_sample_settles_once_and_one_without_first_tokens_leaves_the_scale() -> None:
+    cal = settle(QueueCalibration(), 1, 1.0)
+    assert settle(cal, 1, 0.0) == cal
+    assert settle(cal, 0, 0.0) == cal
+    quiet = settle(cal, 2, None, itl=0.9)
+    assert quiet.log_scale == cal.log_scale and quiet.settled_s == 2 * INTERVAL
+    assert quiet.itl_miss > 0.0  # the ITL misses are still counted
+    empty = settle(cal, 3, 1.0, n=0.0)
+    assert empty.log_scale == cal.log_scale
+    assert settle(cal, 4, float("nan")).log_scale == cal.log_scale
+
+
+def test_the_variability_stays_within_its_bounds() -> None:
+    low, high = QueueCalibration(), QueueCalibration()
+    for i in range(2000):
+        low, high = settle(low, i, 1.0), settle(high, i, 0.0)
+    assert low.log_scale == pytest.approx(-MAX_LOG_SCALE) and high.log_scale == pytest.approx(MAX_LOG_SCALE)
+    assert math.isclose(low.scale * high.scale, 1.0)
+
+
+@pytest.mark.parametrize("target", [0.9, 0.99])
+def test_long_run_ttft_misses_land_at_the_allowed_share(target: float) -> None:
+    """Misses that grow as the variability the floor assumes falls (a hotter fleet): the calibrated
+    scale finds where the long-run TTFT miss share is the allowed one."""
+    rng = np.random.default_rng(11)
+    cal, missed, total = QueueCalibration(), 0.0, 0.0
+    allowed = allowed_ttft_miss(target, 0.0)
+    for i in range(1, 6001):
+        p_miss = min(2.0 * allowed / cal.scale**1.5, 1.0)  # twice the share at the default variability
+        n = float(rng.poisson(200))
+        m = float(rng.binomial(int(n), p_miss))
+        if i > 1000:
+            missed += m
+            total += n
+        cal = settle_queue(cal, timed(i, n), 1.0 - m / n, None, target=target, memory=60)
+    assert missed / total == pytest.approx(allowed, rel=0.1)
+    assert cal.scale > 1.0  # the default variability was too low for this traffic
+
+
+def test_inside_decide_first_tokens_in_time_run_prefill_hotter_and_misses_cool_it(shared_data: Path) -> None:
+    if not (shared_data / "dynamo").is_dir():
+        pytest.skip("profile data (dynamo/) not found under the shared data folder")
+
+    def run(calibrate: bool, late_from: int) -> list[tuple[int, float]]:
+        cfg = replace(
+            PolicyConfig(), policy=PolicyKind.COMBINED, max_gpu_budget=-1, calibrate_queue=calibrate
+        )
+        samples = []
+        for i in range(120):
+            s = steady(i, 1.0)
+            late = 0.2 if i >= late_from else 0.0
+            n = s.num_requests
+            h = LatencyHistogram(bounds_ms=[250.0, 500.0, 1000.0], counts=[n * (1 - late)] * 2 + [n], total=n)
+            samples.append(msgspec.structs.replace(s, ttft_histogram=h))
+        return [
+            (st.predictive.floor["prefill"], st.predictive.queue.scale)
+            for st in drive(shared_data, cfg, samples)
+        ]
+
+    plain = run(False, late_from=10_000)
+    hotter = run(True, late_from=100)
+    assert all(scale == 1.0 for _, scale in plain)
+    # a memory's worth of steady samples all in time: half the variability, a hotter cap, fewer engines
+    assert hotter[99][1] < 0.6
+    assert hotter[99][0] < plain[99][0]
+    # a fifth of the first tokens late: the variability rises at once, sample after sample
+    assert hotter[-1][1] > hotter[99][1] * 1.5
+    assert hotter[-1][0] > hotter[99][0]
