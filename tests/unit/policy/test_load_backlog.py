@@ -100,3 +100,14 @@ def test_an_overload_orders_what_drains_it_not_what_spreads_it_at_once() -> None
     assert (
         load_policy("prefill", snap("prefill", workers), reps(2), 2, EST, ref, NOW, backlog=over).target == 3
     )
+
+
+def test_drain_steps_is_bounded_without_a_startup_or_with_a_crawling_engine() -> None:
+    """No startup (engines serve when ordered) or an engine that serves a token a minute: an answer,
+    at once (the count was once searched one engine at a time, forever at ``startup_s`` 0)."""
+    assert drain_steps(1e6, 1e3, 500.0, 1, 0, 0.0, 0.0) == 1
+    assert drain_steps(1e6, 3e3, 500.0, 1, 0, 0.0, 0.0) == 5  # what the demand needs beyond the fleet
+    mu, d = 1.0 / 60.0, 1.0
+    k = drain_steps(1e9, d, mu, 1, 0, STARTUP, STARTUP)
+    left = 1e9 + (d - mu) * STARTUP  # what the one engine leaves by the time k more serve
+    assert (mu * (1 + k) - d) * STARTUP >= left > (mu * k - d) * STARTUP  # the fewest that drain it

@@ -142,3 +142,24 @@ def test_inside_decide_first_tokens_in_time_run_prefill_hotter_and_misses_cool_i
     # a fifth of the first tokens late: the variability rises at once, sample after sample
     assert hotter[-1][1] > hotter[99][1] * 1.5
     assert hotter[-1][0] > hotter[99][0]
+
+
+def test_a_sample_in_time_counts_as_far_as_the_engines_ran_near_their_cap() -> None:
+    base = replace(QueueCalibration(), level=200.0, settled=100)
+    full = settle_queue(base, timed(1), 1.0, None, target=0.99, memory=60, load=1.0)
+    trough = settle_queue(base, timed(1), 1.0, None, target=0.99, memory=60, load=0.25)
+    assert full.log_scale == pytest.approx(-KAPPA / 60)
+    assert trough.log_scale == pytest.approx(
+        -KAPPA / 60 / 4
+    )  # a quarter of the cap: a quarter of the evidence
+
+
+@pytest.mark.parametrize(("load", "warming"), [(1.5, False), (0.8, True)])
+def test_misses_the_queue_model_was_not_asked_about_raise_nothing(load: float, warming: bool) -> None:
+    """Traffic beyond what the fleet was sized for (mean load past the cap), or a floor still sized
+    for the stand-in spread: the misses are the forecast's."""
+    base = replace(QueueCalibration(), level=200.0, settled=100)
+    late = settle_queue(base, timed(1), 0.5, None, target=0.99, memory=60, load=load, warming=warming)
+    assert late.log_scale == base.log_scale and late.settled == base.settled + 1
+    asked = settle_queue(base, timed(1), 0.5, None, target=0.99, memory=60, load=0.8)
+    assert asked.log_scale > base.log_scale

@@ -64,10 +64,12 @@ def drain_steps(
     left = max(0.0, left + (demand - per_engine * have) * (startup_s - first))
     if left <= 0.0:
         return steady
-    k = max(steady, 1)
-    while (per_engine * (have + k) - demand) * startup_s < left:
-        k += 1
-    return k
+    if startup_s <= 0.0:
+        # an engine ordered now serves at once: one beyond the demand, the next tick sees the rest
+        return max(steady, 1)
+    # the fewest k with (per_engine x (have + k) - demand) x startup_s >= left
+    need = math.ceil((left / startup_s + demand) / per_engine - have - 1e-9)
+    return max(steady, 1, need)
 
 
 def _per_engine_prefill(

@@ -87,11 +87,12 @@ def predictive_floor(
     comps = set(inputs.replicas)
     pre, dec = demand.component(PREFILL), demand.component(DECODE)
     cals = _settled(inputs, st, cfg)
-    queue = _queue_settled(inputs, st.queue, cfg)
+    queue = st.queue
     capacity: dict[str, Callable[[int], float]] = {}
 
     if PREFILL in comps and pre is not None:
         service_ms = _prefill_service_ms(inputs, isl)
+        queue = _queue_settled(inputs, queue, cfg, service_ms, isl)
         variability = cfg.arrival_variability * (queue.scale if cfg.calibrate_queue else 1.0)
         util = max_prefill_utilisation(service_ms, cfg.ttft_target_ms, cfg.target_attainment, variability)
         per = prefill_rate_per_replica(service_ms, isl) * util
@@ -163,14 +164,29 @@ def predictive_floor(
     return out, replace(st, floor=floor, intermittent=onoff, calibration=cals, queue=queue), diag
 
 
-def _queue_settled(inputs: DecisionInputs, cal: QueueCalibration, cfg: PolicyConfig) -> QueueCalibration:
-    """Prefill's queueing calibration with the latest traffic sample settled in."""
+def _queue_settled(
+    inputs: DecisionInputs, cal: QueueCalibration, cfg: PolicyConfig, service_ms: float, isl: float
+) -> QueueCalibration:
+    """Prefill's queueing calibration with the latest traffic sample settled in, with the share of
+    the utilisation cap the ready prefill engines ran at through it (one mean prompt of ``isl``
+    tokens per ``service_ms``, the cap at the variability before the sample)."""
     sample = inputs.traffic
     if not cfg.calibrate_queue or sample is None:
         return cal
+    cap = max_prefill_utilisation(
+        service_ms, cfg.ttft_target_ms, cfg.target_attainment, cfg.arrival_variability * cal.scale
+    )
+    r = inputs.replicas.get(PREFILL)
+    rate = prefill_rate_per_replica(service_ms, isl) * cap * (r.ready if r is not None else 0)
+    tokens = demand_of(sample, sample.mean_isl_tokens)
+    load = tokens / rate if tokens is not None and rate > 0 else 1.0
     ttft = share_within(sample.ttft_histogram, cfg.ttft_target_ms) if sample.ttft_histogram else None
     itl = share_within(sample.itl_histogram, cfg.itl_target_ms) if sample.itl_histogram else None
-    return settle_queue(cal, sample, ttft, itl, cfg.target_attainment, cfg.queue_memory_samples)
+    pre = inputs.demand.component(PREFILL) if inputs.demand is not None else None
+    warming = pre is not None and not _measured(pre)
+    return settle_queue(
+        cal, sample, ttft, itl, cfg.target_attainment, cfg.queue_memory_samples, warming=warming, load=load
+    )
 
 
 def _settled(inputs: DecisionInputs, st: PredictiveState, cfg: PolicyConfig) -> dict[str, SpreadCalibration]:

@@ -23,7 +23,16 @@ same requests). A memory's worth of average samples without a miss halves the va
 (``kappa = ln 2``); misses beyond the allowed share raise it in proportion. One sample counts at most
 ``CLIP`` times the allowed share: a step no queue model foresaw (every request misses while new
 engines start) is the forecast's and the load policy's to answer, and would otherwise hold the
-variability at its bound for an hour. Unclipped, the long-run share of TTFT misses converges to ``a``
+variability at its bound for an hour.
+
+A sample in time is evidence for a hotter cap only as far as the engines ran near the cap: its
+decrease is scaled by the share of the cap the ready prefill engines ran at (``load``). Through a
+trough (the fleet at its minimum, far under its cap) every first token is in time whatever the
+variability, and a calibration that took that for evidence ran the next peak too hot. Misses in a
+sample whose mean load was beyond the cap raise nothing: the fleet was short of the traffic (a burst
+or a rise the forecast missed), and the queue model was not asked. For the same reason misses raise nothing while the floor sizes
+for a stand-in spread (the series' forecast errors not yet measured, the first 12-13 minutes): they
+are the stand-in's, as a cold fleet's first ramp is. Unclipped, the long-run share of TTFT misses converges to ``a``
 (the sum of the updates is bounded).
 
 Pure: the samples come in with the decision inputs.
@@ -82,10 +91,19 @@ def settle_queue(
     itl_within: float | None,
     target: float,
     memory: int,
+    *,
+    warming: bool = False,
+    load: float = 1.0,
 ) -> QueueCalibration:
     """Settle one traffic sample: ``ttft_within`` / ``itl_within`` are the shares of its requests
     within the TTFT / ITL targets (None where it measured none). A sample already settled, or one
-    without TTFTs, leaves the scale as it is."""
+    without TTFTs, leaves the scale as it is. ``warming``: prefill's forecast errors are not measured
+    yet and the floor sizes for a stand-in spread; the sample's misses are the stand-in's and raise
+    nothing (a sample in time still lowers the variability). ``load``: the share of the
+    utilisation cap the ready prefill engines ran at through the sample. A sample in time lowers the
+    variability in that proportion (a fleet far under its cap meets the target whatever the queue
+    model says); misses beyond the cap (``load`` > 1: more traffic than the fleet was sized for)
+    are the forecast's and raise nothing."""
     start = sample.start_s
     if cal.settled_s is not None and start <= cal.settled_s:
         return cal
@@ -105,4 +123,8 @@ def settle_queue(
     allowed = allowed_ttft_miss(target, cal.itl_miss)
     missed = min(1.0 - min(max(ttft_within, 0.0), 1.0), CLIP * allowed)
     step = KAPPA * (missed - allowed) * (n / level) / (memory * allowed)
+    if step < 0.0:
+        step *= min(max(load, 0.0), 1.0) if math.isfinite(load) else 1.0
+    elif warming or load > 1.0:
+        step = 0.0
     return replace(cal, log_scale=min(max(cal.log_scale + step, -MAX_LOG_SCALE), MAX_LOG_SCALE))
