@@ -92,7 +92,7 @@ def predictive_floor(
 
     if PREFILL in comps and pre is not None:
         service_ms = _prefill_service_ms(inputs, isl)
-        queue = _queue_settled(inputs, queue, cfg, service_ms, isl)
+        queue = _queue_settled(inputs, queue, cfg, service_ms, isl, warming=not _measured(pre))
         variability = cfg.arrival_variability * (queue.scale if cfg.calibrate_queue else 1.0)
         util = max_prefill_utilisation(service_ms, cfg.ttft_target_ms, cfg.target_attainment, variability)
         per = prefill_rate_per_replica(service_ms, isl) * util
@@ -165,11 +165,18 @@ def predictive_floor(
 
 
 def _queue_settled(
-    inputs: DecisionInputs, cal: QueueCalibration, cfg: PolicyConfig, service_ms: float, isl: float
+    inputs: DecisionInputs,
+    cal: QueueCalibration,
+    cfg: PolicyConfig,
+    service_ms: float,
+    isl: float,
+    *,
+    warming: bool,
 ) -> QueueCalibration:
     """Prefill's queueing calibration with the latest traffic sample settled in, with the share of
     the utilisation cap the ready prefill engines ran at through it (one mean prompt of ``isl``
-    tokens per ``service_ms``, the cap at the variability before the sample)."""
+    tokens per ``service_ms``, the cap at the variability before the sample). ``warming``: the
+    floor still sizes prefill for the stand-in spread."""
     sample = inputs.traffic
     if not cfg.calibrate_queue or sample is None:
         return cal
@@ -182,8 +189,6 @@ def _queue_settled(
     load = tokens / rate if tokens is not None and rate > 0 else 1.0
     ttft = share_within(sample.ttft_histogram, cfg.ttft_target_ms) if sample.ttft_histogram else None
     itl = share_within(sample.itl_histogram, cfg.itl_target_ms) if sample.itl_histogram else None
-    pre = inputs.demand.component(PREFILL) if inputs.demand is not None else None
-    warming = pre is not None and not _measured(pre)
     return settle_queue(
         cal, sample, ttft, itl, cfg.target_attainment, cfg.queue_memory_samples, warming=warming, load=load
     )

@@ -16,24 +16,29 @@ conformal inference adapts its level (Gibbs and Candes, 2021), on each sample's 
     l <- clip(l + kappa x (min(m, CLIP x a) - a) x (n / level) / (memory x a), -L, L)
 
 where ``m`` is the sample's share of TTFTs over the target, ``n`` its requests, ``level`` their moving
-average, and ``a`` the share of misses TTFT may have: the target's misses, aimed at the middle of the
-band a calibrated knob lands in (``aim``: 0.25 points under ``1 - target``, at most half of it),
-less the share the decode side misses its ITL target by (a moving average, as both count against the
-same requests). A memory's worth of average samples without a miss halves the variability
-(``kappa = ln 2``); misses beyond the allowed share raise it in proportion. One sample counts at most
-``CLIP`` times the allowed share: a step no queue model foresaw (every request misses while new
-engines start) is the forecast's and the load policy's to answer, and would otherwise hold the
-variability at its bound for an hour.
+average, and ``a`` the share of misses TTFT may have: the target's misses aimed at the middle of the
+band a calibrated knob lands in (``aim``: 0.25 points under ``1 - target``, at least half of it),
+less the share of requests decode misses its ITL target by (a moving average: both count against the
+same requests). A memory's worth of average samples without a miss, at engines running at their
+cap, halves the variability (``kappa = ln 2``); misses beyond the allowed share raise it in
+proportion.
 
-A sample in time is evidence for a hotter cap only as far as the engines ran near the cap: its
-decrease is scaled by the share of the cap the ready prefill engines ran at (``load``). Through a
-trough (the fleet at its minimum, far under its cap) every first token is in time whatever the
-variability, and a calibration that took that for evidence ran the next peak too hot. Misses in a
-sample whose mean load was beyond the cap raise nothing: the fleet was short of the traffic (a burst
-or a rise the forecast missed), and the queue model was not asked. For the same reason misses raise nothing while the floor sizes
-for a stand-in spread (the series' forecast errors not yet measured, the first 12-13 minutes): they
-are the stand-in's, as a cold fleet's first ramp is. Unclipped, the long-run share of TTFT misses converges to ``a``
-(the sum of the updates is bounded).
+What the queue model was not asked about does not move it:
+
+- a sample in time lowers the variability only in proportion to the share of the cap the ready
+  prefill engines ran at (``load``): through a trough (the fleet at its minimum, far under its cap)
+  every first token is in time whatever the variability, and a calibration that took that for
+  evidence ran the next peak too hot;
+- misses in a sample whose mean load was beyond the cap (more traffic than the fleet was sized for:
+  a burst or a rise the forecast missed), or while the floor sizes for a stand-in spread (the
+  series' forecast errors not measured yet, the first 12-13 minutes), raise nothing: they are the
+  forecast's;
+- one sample counts at most ``CLIP`` times the allowed share: a step no queue model foresaw (every
+  request late while new engines start) is the forecast's and the load policy's to answer, and
+  would otherwise hold the variability at its bound for an hour.
+
+Where none of these applies (steady load at the cap), the long-run share of TTFT misses converges to
+``a`` (the sum of the updates is bounded).
 
 Pure: the samples come in with the decision inputs.
 """
