@@ -24,6 +24,7 @@ from nats.js.errors import NotFoundError
 from planner_core.forecast.demand import lead_samples
 from planner_core.policy import PolicyKind, PolicyState
 from planner_core.policy.estimator import SnapshotEstimator
+from planner_core.policy.predictive import prefill_variability
 from planner_core.profile import ProfileError
 from planner_decider.book import IssueBook, on_ack, record, seeded
 from planner_decider.capacity import load_capacity
@@ -344,8 +345,7 @@ class DeciderService(Service[DeciderSettings]):
         self.metrics.observe_forecast(fc)
         self.metrics.observe_latency(snaps)
         self.metrics.observe_calibration(self.policy_state.predictive.calibration)
-        queue = self.policy_state.predictive.queue.scale if self.cfg.calibrate_queue else 1.0
-        self.metrics.observe_queue(self.cfg.arrival_variability * queue)
+        self.metrics.observe_queue(prefill_variability(self.cfg, self.policy_state.predictive.queue))
         desired = dict(out.result.desired) if out.result is not None else {}
         for c, n in desired.items():
             self.metrics.desired.labels(c).set(n)

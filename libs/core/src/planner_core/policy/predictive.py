@@ -59,7 +59,7 @@ from planner_proto.decision import Reason
 from planner_proto.demand import ComponentDemand, DemandStep
 from planner_proto.state import ComponentSnapshot
 
-__all__ = ["floor_hold_s", "lead_samples", "learned_decode_rate", "predictive_floor"]
+__all__ = ["floor_hold_s", "lead_samples", "learned_decode_rate", "predictive_floor", "prefill_variability"]
 
 
 def prefill_rate_per_replica(service_ms: float, isl_tokens: float) -> float:
@@ -93,7 +93,7 @@ def predictive_floor(
     if PREFILL in comps and pre is not None:
         service_ms = _prefill_service_ms(inputs, isl)
         queue = _queue_settled(inputs, queue, cfg, service_ms, isl, warming=not _measured(pre))
-        variability = cfg.arrival_variability * (queue.scale if cfg.calibrate_queue else 1.0)
+        variability = prefill_variability(cfg, queue)
         util = max_prefill_utilisation(service_ms, cfg.ttft_target_ms, cfg.target_attainment, variability)
         per = prefill_rate_per_replica(service_ms, isl) * util
         pre_extra: Diagnostics = {
@@ -164,6 +164,12 @@ def predictive_floor(
     return out, replace(st, floor=floor, intermittent=onoff, calibration=cals, queue=queue), diag
 
 
+def prefill_variability(cfg: PolicyConfig, cal: QueueCalibration) -> float:
+    """c_a^2 + c_s^2 the floor sizes prefill's utilisation cap with: ``arrival_variability``,
+    scaled by the calibration when ``calibrate_queue``."""
+    return cfg.arrival_variability * (cal.scale if cfg.calibrate_queue else 1.0)
+
+
 def _queue_settled(
     inputs: DecisionInputs,
     cal: QueueCalibration,
@@ -178,10 +184,10 @@ def _queue_settled(
     tokens per ``service_ms``, the cap at the variability before the sample). ``warming``: the
     floor still sizes prefill for the stand-in spread."""
     sample = inputs.traffic
-    if not cfg.calibrate_queue or sample is None:
-        return cal
+    if not cfg.calibrate_queue or sample is None or not cal.is_new(sample):
+        return cal  # the cap and the histograms are read once per sample, not on every tick
     cap = max_prefill_utilisation(
-        service_ms, cfg.ttft_target_ms, cfg.target_attainment, cfg.arrival_variability * cal.scale
+        service_ms, cfg.ttft_target_ms, cfg.target_attainment, prefill_variability(cfg, cal)
     )
     r = inputs.replicas.get(PREFILL)
     rate = prefill_rate_per_replica(service_ms, isl) * cap * (r.ready if r is not None else 0)

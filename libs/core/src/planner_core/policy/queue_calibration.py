@@ -81,6 +81,10 @@ class QueueCalibration:
         """What the floor multiplies ``arrival_variability`` by."""
         return math.exp(self.log_scale)
 
+    def is_new(self, sample: TrafficSample) -> bool:
+        """Whether ``sample`` comes after the latest one settled (each sample settles once)."""
+        return self.settled_s is None or sample.start_s > self.settled_s
+
 
 def allowed_ttft_miss(target: float, itl_miss: float) -> float:
     """The share of TTFTs that may miss: ``aim`` (the target's misses less :data:`BAND_MIDDLE`, at
@@ -109,10 +113,9 @@ def settle_queue(
     variability in that proportion (a fleet far under its cap meets the target whatever the queue
     model says); misses beyond the cap (``load`` > 1: more traffic than the fleet was sized for)
     are the forecast's and raise nothing."""
-    start = sample.start_s
-    if cal.settled_s is not None and start <= cal.settled_s:
+    if not cal.is_new(sample):
         return cal
-    cal = replace(cal, settled_s=start)
+    cal = replace(cal, settled_s=sample.start_s)
     a = max(1.0 / max(memory, 1), 1.0 / (cal.settled + 1))
     if itl_within is not None and math.isfinite(itl_within):
         miss = 1.0 - min(max(itl_within, 0.0), 1.0)
