@@ -90,8 +90,10 @@ def test_best_decode_thpt_linear_profile(itl_target: float, expected_thpt: float
         (60.0, None, 100000 / (1000 + 50 * 4000 / 99) / 0.050),
         # ITL <= 25 -> cell 37/99 = 0.3737: ITL 24.95 ms, requests 0.3737 * 33.11 = 12.37 -> 495.9
         (25.0, None, 37 / 99 * 100000 / (1000 + 50 * 4000 / 99) / (0.010 + 0.040 * 37 / 99)),
-        # max_num_seqs 20 caps the 33.11 requests at kv 1.0: 20 / 0.050 = 400
-        (60.0, 20, 20 / 0.050),
+        # max_num_seqs 20 caps the requests from cell 60 (60/99 * 33.11 = 20.07) on; more load only
+        # raises the ITL, so the most throughput is there: 20 / (10 + 40 * 60/99 ms) = 584.1, not the
+        # 20 / 0.050 = 400 of the highest-load cell
+        (60.0, 20, 20 / (0.010 + 0.040 * 60 / 99)),
         # nothing meets 5 ms -> lowest-load cell, kv 0 -> 0 requests -> 0
         (5.0, None, 0.0),
     ],
@@ -189,3 +191,75 @@ def test_h200_decode_thpt_derived_between_rows(h200: tuple[PrefillInterpolator, 
     ours = dec.best_thpt_per_gpu(50.0, 1260.0)
     assert ref < 8000.0
     assert 11000.0 < ours < 20000.0
+
+
+def _gapped_decode() -> DecodeProfile:
+    """Two context rows; the short one is measured only up to kv 0.4, where it is already at 40 ms.
+    Between the rows, the high-load cells hold the long row's nearest ITL (20 ms at kv 0.8)."""
+    kv = np.array([0.0, 0.2, 0.4, 0.0, 0.4, 0.8])
+    ctx = np.array([500.0, 500.0, 500.0, 2000.0, 2000.0, 2000.0])
+    itl = np.array([5.0, 20.0, 40.0, 5.0, 10.0, 20.0])
+    return DecodeProfile(
+        kv_usage=kv, context_length_tokens=ctx, itl_ms=itl, thpt_per_gpu=np.zeros(6), max_kv_tokens=100_000
+    )
+
+
+def test_best_decode_thpt_stays_in_the_measured_region() -> None:
+    interp = DecodeInterpolator(_gapped_decode())
+    ctx = 1700.0
+    j = interp._index(interp.context_axis, ctx)
+    assert not interp.measured[:, j].all(), "the profile leaves high loads at this context unmeasured"
+    borrowed = interp.itl_grid_ms[~interp.measured[:, j], j]
+    assert borrowed.min() < 30.0  # a nearest neighbour's ITL under the target, at loads never run
+    measured_best = float(
+        np.max(
+            np.where(
+                interp.measured[:, j] & (interp.itl_grid_ms[:, j] <= 30.0), interp.derived_thpt_grid[:, j], 0
+            )
+        )
+    )
+    got = interp.best_thpt_per_gpu(30.0, ctx)
+    assert got == pytest.approx(measured_best)
+    # the reference's scan takes the borrowed cells: its highest-load cell under 30 ms is unmeasured
+    ok = np.nonzero(interp.itl_grid_ms[:, j] <= 30.0)[0]
+    assert not interp.measured[ok[-1], j]
+
+
+def test_best_decode_thpt_stops_at_the_first_load_over_the_target() -> None:
+    # ITL rises over 30 ms at kv 0.5, dips back under it at kv 0.75 (an interpolation wiggle), then rises
+    kv = np.array([0.0, 0.25, 0.5, 0.75, 1.0] * 2)
+    ctx = np.repeat([1000.0, 3000.0], 5)
+    itl = np.array([10.0, 20.0, 35.0, 25.0, 60.0] * 2)
+    prof = DecodeProfile(
+        kv_usage=kv, context_length_tokens=ctx, itl_ms=itl, thpt_per_gpu=4000 * kv, max_kv_tokens=100_000
+    )
+    interp = DecodeInterpolator(prof)
+    j = interp._index(interp.context_axis, 2000.0)
+    column = interp.itl_grid_ms[:, j]
+    first_over = int(np.nonzero(column > 30.0)[0][0])
+    assert np.any(column[first_over:] <= 30.0)  # the dip is there
+    got = interp.best_thpt_per_gpu(30.0, 2000.0)
+    assert got == pytest.approx(float(np.max(interp.derived_thpt_grid[:first_over, j])))
+    assert got < float(np.max(np.where(column <= 30.0, interp.derived_thpt_grid[:, j], 0.0)))
+
+
+def test_h200_decode_best_thpt_is_monotone_in_the_target(
+    h200: tuple[PrefillInterpolator, DecodeInterpolator],
+) -> None:
+    _, dec = h200
+    targets = np.arange(5.0, 80.0, 0.5)
+    for ctx in np.linspace(350.0, 13585.0, 40):
+        got = np.array([dec.best_thpt_per_gpu(float(t), float(ctx)) for t in targets])
+        assert np.all(np.diff(got) >= 0), f"a looser target buys less throughput at context {ctx:.0f}"
+
+
+def test_h200_decode_short_context_is_not_extrapolated(
+    h200: tuple[PrefillInterpolator, DecodeInterpolator],
+) -> None:
+    _, dec = h200
+    # context 1286 lies between the 350-token row (measured to kv 0.58) and the 2997-token row: its
+    # measured cells reach ~40 ms at ~12,900 tokens/s/GPU; the cells beyond hold the 2997 row's 31.8 ms
+    # at loads never run, worth 17-19k by the derived throughput
+    for target in (32.0, 35.0, 40.0, 45.0):
+        assert dec.best_thpt_per_gpu(target, 1286.0) < 13_500.0
+    assert dec.best_thpt_per_gpu(35.0, 1286.0, from_itl=False) > 0  # the reference's scan still answers

@@ -10,6 +10,15 @@ between profile rows far apart in context (say 350 and 2997 tokens) that mixes t
 different concurrencies and comes out about 2x too low in between. Ours (the default) derives it from
 the cell's own ITL: concurrency = kv_usage * max_kv_tokens / context, throughput = concurrency / ITL.
 
+The best throughput under an ITL target is found two ways too. The reference scans a context's column
+from the highest load down and takes the first cell that meets the target. Where the profile has no
+point (beyond the highest load measured near that context) the column holds its nearest neighbour's
+ITL, so a short context can borrow a longer context's 32 ms at a load it never ran, and the derived
+throughput there is a load nobody measured (at context 1286 of the H200 profile: 19,340 tokens/s/GPU
+for a 35 ms target, where the measured cells give 8,000). Ours searches only the measured region (the
+profile points' convex hull) and only up to the first load whose ITL passes the target, since ITL
+does not fall as load rises, and takes the most throughput found there.
+
 Everything here is computed when the interpolator is built; queries are cheap and never raise on
 odd inputs (NaN in -> NaN out), so callers decide what an invalid answer means.
 """
@@ -94,8 +103,9 @@ class DecodeInterpolator:
         self.context_axis: FloatArray = np.linspace(float(y.min()), float(y.max()), resolution)
         # grid[i, j] is at kv_axis[i], context_axis[j]
         kv_grid, ctx_grid = np.meshgrid(self.kv_axis, self.context_axis, indexing="ij")
-        self.itl_grid_ms = _fill_grid(x, y, profile.itl_ms, kv_grid, ctx_grid)
-        self.thpt_grid = _fill_grid(x, y, profile.thpt_per_gpu, kv_grid, ctx_grid)
+        self.itl_grid_ms, self.measured = _fill_grid(x, y, profile.itl_ms, kv_grid, ctx_grid)
+        """``measured``: cells inside the profile points' convex hull (the rest hold the nearest point)."""
+        self.thpt_grid, _ = _fill_grid(x, y, profile.thpt_per_gpu, kv_grid, ctx_grid)
         """The reference's throughput: the profiled values, interpolated."""
         self.derived_thpt_grid = _derived_thpt(
             kv_grid, ctx_grid, self.itl_grid_ms, self.max_kv_tokens, max_num_seqs
@@ -135,19 +145,28 @@ class DecodeInterpolator:
     def best_thpt_per_gpu(
         self, itl_target_ms: float, context_length_tokens: float, *, from_itl: bool = True
     ) -> float:
-        """Highest-load throughput/GPU whose ITL meets the target, at this context length.
+        """Throughput/GPU at the load that meets the ITL target, at this context length.
 
-        Scans kv_usage from high to low and takes the first cell with ITL <= target. When no cell
-        meets the target, the lowest-load cell is returned (the most the engine can do); callers
-        that need to know use :meth:`meets_itl`. ``from_itl=False``: the reference's throughput grid.
+        ``from_itl=False`` is the reference: its throughput grid, at the highest-load cell with ITL
+        <= target (a scan from high kv_usage down). Ours (``from_itl=True``): the derived throughput,
+        at most over the measured cells up to the first one whose ITL passes the target. When no cell
+        meets the target, the lowest-load (measured) cell is returned; callers that need to know use
+        :meth:`meets_itl`.
         """
         if not (math.isfinite(itl_target_ms) and math.isfinite(context_length_tokens)):
             return math.nan
         j = self._index(self.context_axis, context_length_tokens)
         column = self.itl_grid_ms[:, j]
-        ok = np.nonzero(column <= itl_target_ms)[0]
-        i = int(ok[-1]) if ok.size else 0
-        return float(self._thpt(from_itl)[i, j])
+        if not from_itl:
+            ok = np.nonzero(column <= itl_target_ms)[0]
+            return float(self.thpt_grid[int(ok[-1]) if ok.size else 0, j])
+        rows = np.nonzero(self.measured[:, j])[0]
+        if rows.size == 0:
+            rows = np.arange(column.size)
+        within = rows[np.maximum.accumulate(column[rows]) <= itl_target_ms]
+        if within.size == 0:
+            return float(self.derived_thpt_grid[rows[0], j])
+        return float(np.max(self.derived_thpt_grid[within, j]))
 
     def meets_itl(self, itl_target_ms: float, context_length_tokens: float) -> bool:
         """True when some load level at this context meets the ITL target."""
@@ -174,8 +193,13 @@ def _derived_thpt(
     return out
 
 
-def _fill_grid(x: FloatArray, y: FloatArray, z: FloatArray, gx: FloatArray, gy: FloatArray) -> FloatArray:
+def _fill_grid(
+    x: FloatArray, y: FloatArray, z: FloatArray, gx: FloatArray, gy: FloatArray
+) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
     """Cubic interpolation of scattered (x, y) -> z onto the grid, nearest where cubic is undefined.
+
+    Returns the grid and where the cubic was defined (inside the points' convex hull; everywhere
+    when the triangulation fails and nearest fills it all).
 
     Axes are rescaled to [0, 1] first: kv_usage and context length differ by four orders of
     magnitude, and the triangulation would otherwise be degenerate in practice.
@@ -189,8 +213,9 @@ def _fill_grid(x: FloatArray, y: FloatArray, z: FloatArray, gx: FloatArray, gy: 
     try:
         cubic = np.asarray(griddata(pts, z, (qx, qy), method="cubic"), dtype=np.float64)
     except (ValueError, RuntimeError):  # Qhull failure (QhullError is a RuntimeError): degenerate points
-        return nearest
-    return np.where(np.isfinite(cubic), cubic, nearest)
+        return nearest, np.ones(nearest.shape, dtype=np.bool_)
+    inside = np.isfinite(cubic)
+    return np.where(inside, cubic, nearest), inside
 
 
 def _scale(v: FloatArray, ref: FloatArray) -> FloatArray:
