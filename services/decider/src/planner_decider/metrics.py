@@ -89,6 +89,20 @@ class DeciderMetrics:
             " missed than the target attainment allows, the engines run hotter)",
             registry=r,
         )
+        self.learned_saves = Counter(
+            "planner_decider_learned_state_saves",
+            "Saves of what the policy learned (correction factors, queueing variability, spread scales)"
+            " to KV, by result (saved, failed, deferred: the saved one not read yet)",
+            ["result"],
+            registry=r,
+        )
+        self.learned_restores = Counter(
+            "planner_decider_learned_state_restores",
+            "Reads of the saved learned state on activation, by outcome (restored, kept_own, absent,"
+            " stale, invalid, version, namespace, disabled, unreachable)",
+            ["outcome"],
+            registry=r,
+        )
         self.floor_coverage = Gauge(
             "planner_decider_floor_coverage_ratio",
             "Share of the demand that came that the predictive floors sized for it covered (recent)",

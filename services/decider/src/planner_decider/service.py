@@ -6,7 +6,8 @@ per tick, reserves decision ids in KV, publishes, and keeps metrics and the repo
 
 One decider per namespace is active (KV lease ``{ns}.decider``); standbys keep their inputs fresh
 but neither tick nor publish. A newly active one reloads the decision id from KV and the last targets
-from the stream (what its predecessor published), so ids keep increasing across a takeover. What the
+from the stream (what its predecessor published), so ids keep increasing across a takeover, and what
+the policy learned of the engines and the traffic from KV (:mod:`planner_decider.learned`). What the
 fleet is sized for, the demand forecast, comes from the predictor service (``planner.{ns}.demand``),
 which keeps what it learned of the traffic across restarts itself.
 """
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 from nats.js.errors import NotFoundError
 
 from planner_core.forecast.demand import lead_samples
@@ -30,6 +32,7 @@ from planner_decider.book import IssueBook, on_ack, record, seeded
 from planner_decider.capacity import load_capacity
 from planner_decider.ids import DecisionIdConflict, DecisionIds
 from planner_decider.inputs import LatestInputs, managed_replicas
+from planner_decider.learned import encode_learned, has_learned, learned_of, restore_learned, with_learned
 from planner_decider.metrics import DeciderMetrics, estimated_itl_ms, estimated_ttft_ms
 from planner_decider.report import DecisionRow, History, TickPoint, attainment_note, render_html, write_atomic
 from planner_decider.settings import DeciderSettings
@@ -47,6 +50,7 @@ from planner_proto import (
     decode,
 )
 from planner_proto.subjects import STATE_BUCKET
+from planner_runtime.bus import kv_raw
 from planner_runtime.service import Service
 
 _PUBLISH_RETRY_S = 20.0
@@ -55,6 +59,9 @@ elects a stream leader in seconds; well within the stream's duplicate window, 2 
 
 _MAX_GPU_GAP_S = 120.0
 """Longer gaps between ticks (a stalled process) are not integrated into GPU-hours."""
+
+_STATE_LOAD_TIMEOUT_S = 2.0
+_STATE_RETRY_S = 2.0
 
 
 class DeciderService(Service[DeciderSettings]):
@@ -88,6 +95,8 @@ class DeciderService(Service[DeciderSettings]):
         # the predictive floor sizes prefill and decode (an aggregated fleet is sized on load)
         self._sizes_for_demand = self.cfg.sizes_for_demand and not (comps and comps <= {"agg"})
         self._lead_warned: tuple[int, int] | None = None
+        self._learned_unread = False
+        """The saved learned state has not been read yet (KV did not answer): nothing is saved over it."""
 
     # ---- lifecycle ----------------------------------------------------------------------------
     async def setup(self) -> None:
@@ -118,7 +127,11 @@ class DeciderService(Service[DeciderSettings]):
             self.ids = ids
         self.metrics.decision_id.set(ids.value)
         self.log.info("decision_id_loaded", decision_id=ids.value, last_on_stream=last is not None)
+        self._learned_unread = True
+        if not await self._load_learned(attempt=1):
+            self.spawn(self._retry_learned(), "load_learned", active=True)
         self.every(self.settings.tick_s(), self._tick, "decide", active=True)
+        self.every(self.settings.state_save_interval_s, self._save_learned, "save_learned", active=True)
         if self.settings.report_path:
             self.every(self.settings.report_interval_s, self._write_report, "report", active=True)
 
@@ -151,6 +164,7 @@ class DeciderService(Service[DeciderSettings]):
     async def drain(self) -> None:
         async with self._lock:  # a tick that is publishing finishes first
             pass
+        await self._save_learned()
 
     async def cleanup(self) -> None:
         if self.settings.report_path and self.is_active:  # a standby's report would be empty
@@ -178,6 +192,70 @@ class DeciderService(Service[DeciderSettings]):
             return
         self.opts = dataclasses.replace(self.opts, capacity=capacity)
         self.log.info("profile_loaded", profile_dir=str(folder))
+
+    # ---- what the policy learned, in KV ------------------------------------------------------------
+    def _learned_key(self) -> str:
+        return self.subjects.state_key("decider", "learned_state")
+
+    async def _retry_learned(self) -> None:
+        """Read the saved learned state again until KV answers; cancelled with the lease."""
+        attempt = 1
+        while True:
+            await asyncio.sleep(_STATE_RETRY_S)
+            attempt += 1
+            if await self._load_learned(attempt):
+                return
+
+    async def _load_learned(self, attempt: int) -> bool:
+        """On activation: start the policy from the saved learned state, unless this instance has
+        learned something itself meanwhile (a read that came late). False when KV did not answer."""
+        key = self._learned_key()
+        try:
+            raw = await asyncio.wait_for(kv_raw(self.state_kv, key), _STATE_LOAD_TIMEOUT_S)
+        except (nats.errors.Error, TimeoutError) as exc:
+            if attempt == 1:
+                self.metrics.learned_restores.labels("unreachable").inc()
+                self.log.warning(
+                    "learned_state_not_read", key=key, detail=str(exc) or type(exc).__name__,
+                    retry_every_s=_STATE_RETRY_S,
+                )  # fmt: skip
+            return False
+        self._learned_unread = False
+        s = self.settings
+        saved, outcome, detail = restore_learned(raw, s.namespace, time.time(), s.state_max_age_s)
+        async with self._lock:
+            if saved is not None and has_learned(self.policy_state):
+                outcome, detail = "kept_own", f"{detail}; this instance has learned since it started"
+            elif saved is not None:
+                self.policy_state = with_learned(self.policy_state, saved)
+        self.metrics.learned_restores.labels(outcome).inc()
+        if outcome == "restored" and saved is not None:
+            self.log.info(
+                "learned_state_restored", key=key, detail=detail, attempt=attempt,
+                prefill_correction=round(saved.prefill_correction, 4),
+                decode_correction=round(saved.decode_correction, 4),
+                queue_variability=round(prefill_variability(self.cfg, saved.queue), 4),
+                queue_samples=saved.queue.settled,
+            )  # fmt: skip
+        else:
+            log = self.log.warning if outcome in ("invalid", "version", "namespace") else self.log.info
+            log("learned_state_not_restored", key=key, outcome=outcome, detail=detail, attempt=attempt)
+        return True
+
+    async def _save_learned(self) -> None:
+        if not self.is_active or self.ids is None:
+            return
+        if self._learned_unread:
+            self.metrics.learned_saves.labels("deferred").inc()
+            return
+        data = encode_learned(learned_of(self.policy_state), self.settings.namespace, time.time())
+        try:
+            await self.state_kv.put(self._learned_key(), data)
+        except (nats.errors.Error, TimeoutError) as exc:
+            self.metrics.learned_saves.labels("failed").inc()
+            self.log.warning("learned_state_not_saved", error=str(exc) or type(exc).__name__)
+            return
+        self.metrics.learned_saves.labels("saved").inc()
 
     async def _last_published(self) -> ScalingDecision | None:
         s = self.subjects

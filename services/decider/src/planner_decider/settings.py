@@ -48,6 +48,12 @@ class DeciderSettings(LeaseSettings, frozen=True, kw_only=True):
     """How often the HTML report (``report_path``) is rewritten."""
     history_points: Annotated[int, Meta(ge=10, le=1_000_000)] = 20_000
     """Ticks kept for the report (older ones are dropped)."""
+    state_save_interval_s: Annotated[float, Meta(gt=0.0, le=86_400.0)] = 30.0
+    """How often the active decider saves what the policy learned (correction factors, prefill's
+    queueing variability, the spread scales; KV planner_state, ``{ns}.decider.learned_state``)."""
+    state_max_age_s: Annotated[float, Meta(ge=0.0)] = 900.0
+    """A newly active decider starts from the saved learned state when it is at most this old (0:
+    always start from the configuration)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
