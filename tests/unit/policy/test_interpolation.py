@@ -204,25 +204,32 @@ def _gapped_decode() -> DecodeProfile:
     )
 
 
-def test_best_decode_thpt_stays_in_the_measured_region() -> None:
+def test_decode_itl_beyond_the_measured_loads_follows_their_slope_not_a_neighbour() -> None:
     interp = DecodeInterpolator(_gapped_decode())
-    ctx = 1700.0
-    j = interp._index(interp.context_axis, ctx)
-    assert not interp.measured[:, j].all(), "the profile leaves high loads at this context unmeasured"
-    borrowed = interp.itl_grid_ms[~interp.measured[:, j], j]
-    assert borrowed.min() < 30.0  # a nearest neighbour's ITL under the target, at loads never run
-    measured_best = float(
-        np.max(
-            np.where(
-                interp.measured[:, j] & (interp.itl_grid_ms[:, j] <= 30.0), interp.derived_thpt_grid[:, j], 0
-            )
-        )
+    j = interp._index(interp.context_axis, 1700.0)
+    rows = np.nonzero(interp.measured[:, j])[0]
+    top = int(rows[-1])
+    assert top < interp.resolution - 1, "the profile leaves high loads at this context unmeasured"
+    # the reference's grid lends the long row's 20 ms to loads the short context never ran
+    assert interp.itl_grid_ms[top + 1 :, j].min() < interp.itl_grid_ms[top, j]
+    # ours carries on from the highest measured ITL at the measured cells' slope
+    kv, itl = interp.kv_axis[rows], interp.itl_grid_ms[rows, j]
+    slope = float(np.polyfit(kv, itl, 1)[0])
+    assert slope > 0
+    expected = itl.max() + slope * (interp.kv_axis[top + 1 :] - interp.kv_axis[top])
+    np.testing.assert_allclose(interp.extended_itl_grid_ms[top + 1 :, j], expected)
+    np.testing.assert_array_equal(interp.extended_itl_grid_ms[rows, j], itl)
+    # so the best throughput under 26.5 ms stops where the extended ITL passes it (the reference's
+    # scan would go on to the highest load, its 20 ms borrowed)
+    column = interp.extended_itl_grid_ms[:, j]
+    first_over = int(np.nonzero(column > 26.5)[0][0])
+    assert top < first_over < interp.resolution - 1
+    assert interp.best_thpt_per_gpu(26.5, 1700.0) == pytest.approx(
+        float(np.max(interp.derived_thpt_grid[:first_over, j]))
     )
-    got = interp.best_thpt_per_gpu(30.0, ctx)
-    assert got == pytest.approx(measured_best)
-    # the reference's scan takes the borrowed cells: its highest-load cell under 30 ms is unmeasured
-    ok = np.nonzero(interp.itl_grid_ms[:, j] <= 30.0)[0]
-    assert not interp.measured[ok[-1], j]
+    kv_hi = float(interp.kv_axis[-1])
+    assert interp.itl_ms(kv_hi, 1700.0) == pytest.approx(column[-1])
+    assert interp.itl_ms(kv_hi, 1700.0, reference=True) == pytest.approx(interp.itl_grid_ms[-1, j])
 
 
 def test_best_decode_thpt_stops_at_the_first_load_over_the_target() -> None:
@@ -253,13 +260,16 @@ def test_h200_decode_best_thpt_is_monotone_in_the_target(
         assert np.all(np.diff(got) >= 0), f"a looser target buys less throughput at context {ctx:.0f}"
 
 
-def test_h200_decode_short_context_is_not_extrapolated(
+def test_h200_decode_short_context_does_not_borrow_a_longer_ones_itl(
     h200: tuple[PrefillInterpolator, DecodeInterpolator],
 ) -> None:
     _, dec = h200
     # context 1286 lies between the 350-token row (measured to kv 0.58) and the 2997-token row: its
-    # measured cells reach ~40 ms at ~12,900 tokens/s/GPU; the cells beyond hold the 2997 row's 31.8 ms
-    # at loads never run, worth 17-19k by the derived throughput
-    for target in (32.0, 35.0, 40.0, 45.0):
-        assert dec.best_thpt_per_gpu(target, 1286.0) < 13_500.0
-    assert dec.best_thpt_per_gpu(35.0, 1286.0, from_itl=False) > 0  # the reference's scan still answers
+    # measured cells reach 40 ms at kv 0.70 and ~12,900 tokens/s/GPU. The reference's grid holds the
+    # 2997 row's 31.8 ms at kv 0.74-0.82 (worth 17-19k by the derived throughput); ours does not
+    for target in (32.0, 34.0, 35.0):
+        assert dec.best_thpt_per_gpu(target, 1286.0) < 9_000.0
+    assert dec.best_thpt_per_gpu(40.0, 1286.0) < 13_000.0
+    # beyond the measured loads, ITL keeps rising with load
+    assert dec.itl_ms(0.80, 1286.0) > dec.itl_ms(0.70, 1286.0) > 39.0
+    assert dec.itl_ms(0.80, 1286.0, reference=True) < 32.0

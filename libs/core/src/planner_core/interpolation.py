@@ -10,14 +10,14 @@ between profile rows far apart in context (say 350 and 2997 tokens) that mixes t
 different concurrencies and comes out about 2x too low in between. Ours (the default) derives it from
 the cell's own ITL: concurrency = kv_usage * max_kv_tokens / context, throughput = concurrency / ITL.
 
-The best throughput under an ITL target is found two ways too. The reference scans a context's column
-from the highest load down and takes the first cell that meets the target. Where the profile has no
-point (beyond the highest load measured near that context) the column holds its nearest neighbour's
-ITL, so a short context can borrow a longer context's 32 ms at a load it never ran, and the derived
-throughput there is a load nobody measured (at context 1286 of the H200 profile: 19,340 tokens/s/GPU
-for a 35 ms target, where the measured cells give 8,000). Ours searches only the measured region (the
-profile points' convex hull) and only up to the first load whose ITL passes the target, since ITL
-does not fall as load rises, and takes the most throughput found there.
+Where the profile has no point (beyond the highest load measured near a context) the cubic is
+undefined and the reference's grid holds the nearest point's value: a short context borrows a longer
+context's ITL at a load it never ran (at context 1286 of the H200 profile, 31.8 ms at kv 0.74-0.82,
+after 40 ms at kv 0.70), and its scan for the best throughput under a target, from the highest load
+down, lands there (19,340 tokens/s/GPU for a 35 ms target, where the measured cells give 8,000). Ours
+extends each context's ITL beyond its highest measured load along the slope of its measured loads
+(decode ITL grows about linearly with the batch at a given context), and takes the most throughput up
+to the first load whose ITL passes the target, since ITL does not fall as load rises.
 
 Everything here is computed when the interpolator is built; queries are cheap and never raise on
 odd inputs (NaN in -> NaN out), so callers decide what an invalid answer means.
@@ -104,11 +104,14 @@ class DecodeInterpolator:
         # grid[i, j] is at kv_axis[i], context_axis[j]
         kv_grid, ctx_grid = np.meshgrid(self.kv_axis, self.context_axis, indexing="ij")
         self.itl_grid_ms, self.measured = _fill_grid(x, y, profile.itl_ms, kv_grid, ctx_grid)
-        """``measured``: cells inside the profile points' convex hull (the rest hold the nearest point)."""
+        """The reference's ITL; ``measured``: its cells inside the profile points' convex hull (the rest
+        hold the nearest point)."""
+        self.extended_itl_grid_ms = _extend_columns(self.kv_axis, self.itl_grid_ms, self.measured)
+        """Ours: each context's ITL beyond its highest measured load along its measured slope."""
         self.thpt_grid, _ = _fill_grid(x, y, profile.thpt_per_gpu, kv_grid, ctx_grid)
         """The reference's throughput: the profiled values, interpolated."""
         self.derived_thpt_grid = _derived_thpt(
-            kv_grid, ctx_grid, self.itl_grid_ms, self.max_kv_tokens, max_num_seqs
+            kv_grid, ctx_grid, self.extended_itl_grid_ms, self.max_kv_tokens, max_num_seqs
         )
         """Ours: requests held / ITL at each cell (tokens/s/GPU)."""
 
@@ -119,12 +122,13 @@ class DecodeInterpolator:
         pos = (min(max(value, lo), hi) - lo) / (hi - lo) * (self.resolution - 1)
         return round(pos)
 
-    def itl_ms(self, kv_usage: float, context_length_tokens: float) -> float:
+    def itl_ms(self, kv_usage: float, context_length_tokens: float, *, reference: bool = False) -> float:
+        """``reference``: the reference's grid (nearest-point values beyond the measured loads)."""
         if not (math.isfinite(kv_usage) and math.isfinite(context_length_tokens)):
             return math.nan
         i = self._index(self.kv_axis, kv_usage)
         j = self._index(self.context_axis, context_length_tokens)
-        return float(self.itl_grid_ms[i, j])
+        return float((self.itl_grid_ms if reference else self.extended_itl_grid_ms)[i, j])
 
     def _thpt(self, from_itl: bool) -> FloatArray:
         return self.derived_thpt_grid if from_itl else self.thpt_grid
@@ -137,10 +141,12 @@ class DecodeInterpolator:
         j = self._index(self.context_axis, context_length_tokens)
         return float(self._thpt(from_itl)[i, j])
 
-    def itl_at_concurrency_ms(self, concurrency: float, context_length_tokens: float) -> float:
+    def itl_at_concurrency_ms(
+        self, concurrency: float, context_length_tokens: float, *, reference: bool = False
+    ) -> float:
         """ITL when ``concurrency`` requests of ``context_length_tokens`` each share the KV cache."""
         kv_usage = concurrency * context_length_tokens / self.max_kv_tokens
-        return self.itl_ms(kv_usage, context_length_tokens)
+        return self.itl_ms(kv_usage, context_length_tokens, reference=reference)
 
     def best_thpt_per_gpu(
         self, itl_target_ms: float, context_length_tokens: float, *, from_itl: bool = True
@@ -149,23 +155,19 @@ class DecodeInterpolator:
 
         ``from_itl=False`` is the reference: its throughput grid, at the highest-load cell with ITL
         <= target (a scan from high kv_usage down). Ours (``from_itl=True``): the derived throughput,
-        at most over the measured cells up to the first one whose ITL passes the target. When no cell
-        meets the target, the lowest-load (measured) cell is returned; callers that need to know use
+        at most over the cells up to the first one whose (extended) ITL passes the target. When no
+        cell meets the target, the lowest-load cell is returned; callers that need to know use
         :meth:`meets_itl`.
         """
         if not (math.isfinite(itl_target_ms) and math.isfinite(context_length_tokens)):
             return math.nan
         j = self._index(self.context_axis, context_length_tokens)
-        column = self.itl_grid_ms[:, j]
         if not from_itl:
-            ok = np.nonzero(column <= itl_target_ms)[0]
+            ok = np.nonzero(self.itl_grid_ms[:, j] <= itl_target_ms)[0]
             return float(self.thpt_grid[int(ok[-1]) if ok.size else 0, j])
-        rows = np.nonzero(self.measured[:, j])[0]
-        if rows.size == 0:
-            rows = np.arange(column.size)
-        within = rows[np.maximum.accumulate(column[rows]) <= itl_target_ms]
-        if within.size == 0:
-            return float(self.derived_thpt_grid[rows[0], j])
+        within = np.maximum.accumulate(self.extended_itl_grid_ms[:, j]) <= itl_target_ms
+        if not within.any():
+            return float(self.derived_thpt_grid[0, j])
         return float(np.max(self.derived_thpt_grid[within, j]))
 
     def meets_itl(self, itl_target_ms: float, context_length_tokens: float) -> bool:
@@ -190,6 +192,21 @@ def _derived_thpt(
     itl_s = itl_ms / 1000.0
     ok = np.isfinite(itl_s) & (itl_s > 0)
     out: FloatArray = np.where(ok, concurrency / np.where(ok, itl_s, 1.0), 0.0)
+    return out
+
+
+def _extend_columns(kv_axis: FloatArray, itl: FloatArray, measured: npt.NDArray[np.bool_]) -> FloatArray:
+    """``itl`` with each column's cells above its highest measured one replaced by a line from that
+    cell's running maximum, at the least-squares slope (>= 0) of the column's measured cells."""
+    out = itl.copy()
+    for j in range(itl.shape[1]):
+        rows = np.nonzero(measured[:, j])[0]
+        if rows.size < 2 or rows[-1] == itl.shape[0] - 1:
+            continue
+        slope = max(float(np.polyfit(kv_axis[rows], itl[rows, j], 1)[0]), 0.0)
+        top = int(rows[-1])
+        start = float(np.max(itl[rows, j]))
+        out[top + 1 :, j] = start + slope * (kv_axis[top + 1 :] - kv_axis[top])
     return out
 
 

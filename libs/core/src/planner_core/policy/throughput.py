@@ -61,7 +61,9 @@ def update_corrections(
         assert traffic.mean_itl_ms is not None and isl is not None and osl is not None
         assert duration is not None
         concurrency = traffic.num_requests / num_decode_replicas * duration / traffic.interval_s
-        expected = capacity.decode.itl_at_concurrency_ms(concurrency, isl + osl / 2)
+        expected = capacity.decode.itl_at_concurrency_ms(
+            concurrency, isl + osl / 2, reference=cfg.reference_compat
+        )
         if finite_pos(expected):
             d = traffic.mean_itl_ms / expected
     if not cfg.reference_compat:
