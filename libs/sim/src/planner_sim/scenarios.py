@@ -183,6 +183,29 @@ SCENARIOS: dict[str, Scenario] = {
             peak_gpus=10.0,
             description="a 40-minute wave, 4 <-> 16 req/s, ISL 1000 / OSL 500, TTFT 300 ms / ITL 30 ms, 10-GPU peak, 1.5 h",
         ),
+        # added after decode's sizing from the measured part of the profile (each context's ITL
+        # extended along its own slope), measured once, nothing set on them
+        Scenario(
+            name="chat-wave",
+            source="synthetic:shape=sinusoid,rps=3,peak_rps=15,period_s=1800,isl=600,osl=250,duration_s=5400",
+            ttft_ms=300.0,
+            itl_ms=25.0,
+            description="short chats on a 30-minute wave, 3 <-> 15 req/s, ISL 600 / OSL 250, TTFT 300 ms / ITL 25 ms, 1.5 h",
+        ),
+        Scenario(
+            name="long-answers",
+            source="synthetic:shape=constant,rps=4,isl=500,osl=1500,duration_s=3600",
+            ttft_ms=500.0,
+            itl_ms=40.0,
+            description="decode-heavy flat traffic, ISL 500 / OSL 1500, TTFT 500 ms / ITL 40 ms, 1 h",
+        ),
+        Scenario(
+            name="mid-step",
+            source="synthetic:shape=step,rps=3,peak_rps=9,step_at_s=1800,isl=3000,osl=600,duration_s=3600",
+            ttft_ms=600.0,
+            itl_ms=35.0,
+            description="a 3x step up half-way, ISL 3000 / OSL 600, TTFT 600 ms / ITL 35 ms, 1 h",
+        ),
     )
 }
 
