@@ -29,9 +29,10 @@ async def test_the_learned_corrections_survive_a_restart_and_a_bad_entry_means_t
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     profile = write_profile(tmp_path)
-    s = settings(nats_server.url, profile, state_save_interval_s=0.2)
+    s = settings(nats_server.url, profile, state_save_interval_s=0.2, state_max_age_s=900.0)
     bus = await connect(nats_server.url)
     kv = await bus.kv(STATE_BUCKET)
+    await kv.purge(KEY)  # what an earlier test's decider saved in the shared server
     try:
         dec = await start_decider(s)
         try:
@@ -78,13 +79,16 @@ async def test_the_learned_corrections_survive_a_restart_and_a_bad_entry_means_t
             ),
         ):
             await kv.put(KEY, entry)
-            cold = await start_decider(settings(nats_server.url, profile, **overrides))
+            cold = await start_decider(
+                settings(nats_server.url, profile, **{"state_max_age_s": 900.0, **overrides})
+            )
             try:
                 assert cold.metric("planner_decider_learned_state_restores_total", {"outcome": outcome}) == 1
                 assert cold.svc.policy_state.prefill_correction == 1.0
             finally:
                 assert await cold.stop() == 0
     finally:
+        await kv.purge(KEY)
         await bus.close()
 
 
