@@ -53,8 +53,6 @@ def settings(url: str, profile_dir: Path, **overrides: Any) -> DeciderSettings:
         "down_limit_percent": 100.0,
         "profile_dir": str(profile_dir),
         "log_level": "warning",
-        # the tests share one nats-server and namespace: what one decider learned is not the next's
-        "state_max_age_s": 0.0,
     }
     flags.update(overrides)
     return load_settings(DeciderSettings, flags=flags, env={})

@@ -64,7 +64,8 @@ async def test_watch_json_and_planner_ack(nats_server: NatsServer, tmp_path: Pat
         shown = await next_json(watch, "decision")
         assert shown["decision_id"] == 1 and shown["targets"] == {"prefill": 3, "decode": 3}
         assert shown["reasons"] == {"prefill": "scale_up", "decode": "scale_up"}
-        assert dec.svc.book.in_progress == {"prefill", "decode"}
+        # recorded once the stream acknowledged it, which a plain subscriber may see the decision before
+        await wait_until(lambda: dec.svc.book.in_progress == {"prefill", "decode"}, 5)
 
         ack = await cli(
             "ack", "1", "--status", "completed", "--ready", "prefill=3,decode=3",

@@ -18,25 +18,40 @@ from planner_runtime.bus import kv_raw
 from planner_runtime.natsd import NatsServer
 
 from ...unit.decider.decider_helpers import ISL, OSL, capacity
-from .decider_helpers import NS, SUBJECTS, connect, feed, settings, start_decider, wait_until, write_profile
+from .decider_helpers import (
+    NS,
+    SUBJECTS,
+    Running,
+    connect,
+    feed,
+    settings,
+    start_decider,
+    wait_until,
+    write_profile,
+)
 
 pytestmark = pytest.mark.integration
 
 KEY = SUBJECTS.state_key("decider", "learned_state")
 
 
+async def read_as(dec: Running, outcome: str) -> None:
+    """The decider read the saved entry on activation (just after it took its lease) with ``outcome``."""
+    metric = "planner_decider_learned_state_restores_total"
+    await wait_until(lambda: dec.metric(metric, {"outcome": outcome}) == 1, 10)
+
+
 async def test_the_learned_corrections_survive_a_restart_and_a_bad_entry_means_the_configuration(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     profile = write_profile(tmp_path)
-    s = settings(nats_server.url, profile, state_save_interval_s=0.2, state_max_age_s=900.0)
+    s = settings(nats_server.url, profile, state_save_interval_s=0.2)
     bus = await connect(nats_server.url)
     kv = await bus.kv(STATE_BUCKET)
-    await kv.purge(KEY)  # what an earlier test's decider saved in the shared server
     try:
         dec = await start_decider(s)
         try:
-            assert dec.metric("planner_decider_learned_state_restores_total", {"outcome": "absent"}) == 1
+            await read_as(dec, "absent")
             # first tokens twice as slow as the profile: the prefill correction learns it
             slow_ttft = 2.0 * capacity().prefill.ttft_ms(ISL)
             deadline = time.monotonic() + 10.0
@@ -63,7 +78,7 @@ async def test_the_learned_corrections_survive_a_restart_and_a_bad_entry_means_t
 
         again = await start_decider(s)
         try:
-            assert again.metric("planner_decider_learned_state_restores_total", {"outcome": "restored"}) == 1
+            await read_as(again, "restored")
             assert again.svc.policy_state.prefill_correction == learned_then
         finally:
             assert await again.stop() == 0
@@ -79,16 +94,13 @@ async def test_the_learned_corrections_survive_a_restart_and_a_bad_entry_means_t
             ),
         ):
             await kv.put(KEY, entry)
-            cold = await start_decider(
-                settings(nats_server.url, profile, **{"state_max_age_s": 900.0, **overrides})
-            )
+            cold = await start_decider(settings(nats_server.url, profile, **overrides))
             try:
-                assert cold.metric("planner_decider_learned_state_restores_total", {"outcome": outcome}) == 1
+                await read_as(cold, outcome)
                 assert cold.svc.policy_state.prefill_correction == 1.0
             finally:
                 assert await cold.stop() == 0
     finally:
-        await kv.purge(KEY)
         await bus.close()
 
 
