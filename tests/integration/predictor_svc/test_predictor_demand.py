@@ -218,7 +218,7 @@ async def test_a_state_kv_that_does_not_answer_at_takeover_is_read_again_and_nev
     learned = await learn_and_stop(nats_server.url, feeder, 15)
 
     # a cluster just back: the lease answers, the state bucket not yet (twice)
-    from planner_predictor import service as predictor_service
+    from planner_runtime import saved_state
 
     unanswered = 2
 
@@ -229,8 +229,8 @@ async def test_a_state_kv_that_does_not_answer_at_takeover_is_read_again_and_nev
             raise TimeoutError
         return await kv_raw(bucket, k)
 
-    monkeypatch.setattr(predictor_service, "kv_raw", slow_kv)
-    monkeypatch.setattr(predictor_service, "_STATE_RETRY_S", 0.4)
+    monkeypatch.setattr(saved_state, "kv_raw", slow_kv)
+    monkeypatch.setattr(saved_state, "RETRY_S", 0.4)
     svc, run = await start(make_settings(nats_server.url))
     try:
         assert metric(svc, "planner_demand_state_restores_total", {"outcome": "unreachable"}) == 1

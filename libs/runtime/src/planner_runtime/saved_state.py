@@ -5,17 +5,31 @@ A saved entry carries its format ``version``, the ``namespace`` it was learned i
 saved (``saved_at_s``). :func:`check_saved` decodes one and says why it is refused (an entry that does
 not decode, another version or namespace, older than the service accepts): the service then starts
 cold and logs the reason; a bad entry never stops it. :func:`first_bad_number` finds a non-finite
-(or, where a number cannot be negative, negative) number in what the entry holds.
+(or, where a number cannot be negative, negative) number in what the entry holds. The KV side is
+the same for every such service too: :func:`read_saved` (bounded: a cluster just back answers the
+lease seconds before the state bucket), :func:`read_until_answered` (the reads after a first that
+got no answer) and :func:`put_saved` (a save counted by its result, never raising).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import fields, is_dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
 import msgspec
+import nats.errors
+from nats.js.kv import KeyValue
+from prometheus_client import Counter
+
+from planner_runtime.bus import kv_raw
+
+READ_TIMEOUT_S = 2.0
+"""Longest wait for KV to answer the read of a saved entry."""
+RETRY_S = 2.0
+"""How often a read that got no answer is tried again."""
 
 Outcome = Literal["restored", "kept_own", "absent", "stale", "invalid", "version", "namespace", "disabled"]
 """What became of a saved entry on activation (``unreachable``, KV not answering, is the caller's)."""
@@ -96,3 +110,32 @@ def _peek_version(raw: bytes) -> int | None:
         return None
     v = head.get("version") if isinstance(head, dict) else None
     return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+async def read_saved(kv: KeyValue, key: str) -> bytes | None:
+    """The saved entry at ``key`` (None: there is none). Raises ``nats.errors.Error`` or
+    ``TimeoutError`` when KV does not answer within :data:`READ_TIMEOUT_S`."""
+    return await asyncio.wait_for(kv_raw(kv, key), READ_TIMEOUT_S)
+
+
+async def read_until_answered(load: Callable[[int], Awaitable[bool]]) -> None:
+    """``load(attempt)`` for attempts 2, 3, ... every :data:`RETRY_S` until it returns True (KV
+    answered); run as a task that the lease's loss cancels."""
+    attempt = 1
+    while True:
+        await asyncio.sleep(RETRY_S)
+        attempt += 1
+        if await load(attempt):
+            return
+
+
+async def put_saved(kv: KeyValue, key: str, data: bytes, saves: Counter, log: Any, event: str) -> None:
+    """Write ``data`` at ``key``, counted in ``saves`` by result (saved, failed); a failure is logged
+    as ``event`` and the next save tries again."""
+    try:
+        await kv.put(key, data)
+    except (nats.errors.Error, TimeoutError) as exc:
+        saves.labels("failed").inc()
+        log.warning(event, error=str(exc) or type(exc).__name__)
+        return
+    saves.labels("saved").inc()

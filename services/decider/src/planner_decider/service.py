@@ -50,7 +50,7 @@ from planner_proto import (
     decode,
 )
 from planner_proto.subjects import STATE_BUCKET
-from planner_runtime.bus import kv_raw
+from planner_runtime.saved_state import RETRY_S, put_saved, read_saved, read_until_answered
 from planner_runtime.service import Service
 
 _PUBLISH_RETRY_S = 20.0
@@ -59,9 +59,6 @@ elects a stream leader in seconds; well within the stream's duplicate window, 2 
 
 _MAX_GPU_GAP_S = 120.0
 """Longer gaps between ticks (a stalled process) are not integrated into GPU-hours."""
-
-_STATE_LOAD_TIMEOUT_S = 2.0
-_STATE_RETRY_S = 2.0
 
 
 class DeciderService(Service[DeciderSettings]):
@@ -129,7 +126,7 @@ class DeciderService(Service[DeciderSettings]):
         self.log.info("decision_id_loaded", decision_id=ids.value, last_on_stream=last is not None)
         self._learned_unread = True
         if not await self._load_learned(attempt=1):
-            self.spawn(self._retry_learned(), "load_learned", active=True)
+            self.spawn(read_until_answered(self._load_learned), "load_learned", active=True)
         self.every(self.settings.tick_s(), self._tick, "decide", active=True)
         self.every(self.settings.state_save_interval_s, self._save_learned, "save_learned", active=True)
         if self.settings.report_path:
@@ -197,27 +194,18 @@ class DeciderService(Service[DeciderSettings]):
     def _learned_key(self) -> str:
         return self.subjects.state_key("decider", "learned_state")
 
-    async def _retry_learned(self) -> None:
-        """Read the saved learned state again until KV answers; cancelled with the lease."""
-        attempt = 1
-        while True:
-            await asyncio.sleep(_STATE_RETRY_S)
-            attempt += 1
-            if await self._load_learned(attempt):
-                return
-
     async def _load_learned(self, attempt: int) -> bool:
         """On activation: start the policy from the saved learned state, unless this instance has
         learned something itself meanwhile (a read that came late). False when KV did not answer."""
         key = self._learned_key()
         try:
-            raw = await asyncio.wait_for(kv_raw(self.state_kv, key), _STATE_LOAD_TIMEOUT_S)
+            raw = await read_saved(self.state_kv, key)
         except (nats.errors.Error, TimeoutError) as exc:
             if attempt == 1:
                 self.metrics.learned_restores.labels("unreachable").inc()
                 self.log.warning(
                     "learned_state_not_read", key=key, detail=str(exc) or type(exc).__name__,
-                    retry_every_s=_STATE_RETRY_S,
+                    retry_every_s=RETRY_S,
                 )  # fmt: skip
             return False
         self._learned_unread = False
@@ -249,13 +237,14 @@ class DeciderService(Service[DeciderSettings]):
             self.metrics.learned_saves.labels("deferred").inc()
             return
         data = encode_learned(learned_of(self.policy_state), self.settings.namespace, time.time())
-        try:
-            await self.state_kv.put(self._learned_key(), data)
-        except (nats.errors.Error, TimeoutError) as exc:
-            self.metrics.learned_saves.labels("failed").inc()
-            self.log.warning("learned_state_not_saved", error=str(exc) or type(exc).__name__)
-            return
-        self.metrics.learned_saves.labels("saved").inc()
+        await put_saved(
+            self.state_kv,
+            self._learned_key(),
+            data,
+            self.metrics.learned_saves,
+            self.log,
+            "learned_state_not_saved",
+        )
 
     async def _last_published(self) -> ScalingDecision | None:
         s = self.subjects

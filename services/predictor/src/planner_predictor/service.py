@@ -35,11 +35,9 @@ from planner_predictor.traffic import Observation, TrafficAccumulator, abs_pct_e
 from planner_predictor.warm import warm_start
 from planner_proto import DemandForecast, LoadForecast, TrafficSample, WorkerLoadSample
 from planner_proto.subjects import STATE_BUCKET
-from planner_runtime.bus import kv_raw
+from planner_runtime.saved_state import RETRY_S, put_saved, read_saved, read_until_answered
 from planner_runtime.service import Service, run_service
 
-_STATE_LOAD_TIMEOUT_S = 2.0
-_STATE_RETRY_S = 2.0
 """How long a newly active predictor waits for its saved demand state (a JetStream read can hang
 through a cluster's leader election) before it goes on with what it learned itself."""
 
@@ -180,7 +178,7 @@ class PredictorService(Service[PredictorSettings]):
         if self.demand is not None:
             self._state_unread = True
             if not await self._load_demand_state(attempt=1):
-                self.spawn(self._retry_demand_state(), "load_state", active=True)
+                self.spawn(read_until_answered(self._load_demand_state), "load_state", active=True)
             self.every(
                 self.settings.state_save_interval_s, self._save_demand_state, "save_state", active=True
             )
@@ -211,16 +209,6 @@ class PredictorService(Service[PredictorSettings]):
     def _demand_state_key(self) -> str:
         return self.subjects.state_key("predictor", "demand_state")
 
-    async def _retry_demand_state(self) -> None:
-        """Read the saved demand state again until KV answers (a cluster that has just come back
-        answers the lease seconds before the state bucket); cancelled with the lease."""
-        attempt = 1
-        while True:
-            await asyncio.sleep(_STATE_RETRY_S)
-            attempt += 1
-            if await self._load_demand_state(attempt):
-                return
-
     async def _load_demand_state(self, attempt: int) -> bool:
         """On activation: the saved demand state, when it has learned more samples than this instance
         has (a restart; a standby that ran alongside keeps its own, which is as long and newer).
@@ -229,13 +217,13 @@ class PredictorService(Service[PredictorSettings]):
         assert self.demand is not None
         key = self._demand_state_key()
         try:
-            raw = await asyncio.wait_for(kv_raw(self.state_kv, key), _STATE_LOAD_TIMEOUT_S)
+            raw = await read_saved(self.state_kv, key)
         except (nats.errors.Error, TimeoutError) as exc:
             if attempt == 1:
                 self.metrics.state_restores.labels("unreachable").inc()
                 self.log.warning(
                     "demand_state_not_read", key=key, detail=str(exc) or type(exc).__name__,
-                    learned_samples=self.demand.state.prefill.samples, retry_every_s=_STATE_RETRY_S,
+                    learned_samples=self.demand.state.prefill.samples, retry_every_s=RETRY_S,
                 )  # fmt: skip
             return False
         self._state_unread = False
@@ -267,13 +255,10 @@ class PredictorService(Service[PredictorSettings]):
             return
         async with self._state_lock:
             data = encode_state(self.demand.state, self.settings.namespace, time.time())
-        try:
-            await self.state_kv.put(self._demand_state_key(), data)
-        except (nats.errors.Error, TimeoutError) as exc:
-            self.metrics.state_saves.labels("failed").inc()
-            self.log.warning("demand_state_not_saved", error=str(exc) or type(exc).__name__)
-            return
-        self.metrics.state_saves.labels("saved").inc()
+        key = self._demand_state_key()
+        await put_saved(
+            self.state_kv, key, data, self.metrics.state_saves, self.log, "demand_state_not_saved"
+        )
 
     # ---- traffic in --------------------------------------------------------------------------------
     async def _on_traffic(self, sample: TrafficSample, subject: str) -> None:
