@@ -4,7 +4,8 @@ One case of ``planner register`` (planner_runtime.register): it resolves llama-s
 (the tiny generated Llama by default), then runs the generic wrapper on the server's command line,
 which starts it on a free loopback port, registers it with the capabilities llama-server shows on
 ``/props`` (slots, context per slot), keeps the entry fresh, and on SIGTERM drains it (entry marked
-draining, then stopped once ``/metrics`` show nothing processing or deferred).
+draining, then stopped once ``/metrics`` have shown nothing processing or deferred, and no decode or
+token counter moving, for ``drain_quiet_s``).
 """
 
 from __future__ import annotations

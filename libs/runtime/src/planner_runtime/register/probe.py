@@ -5,6 +5,11 @@ vLLM: ``/health``; ``vllm:cache_config_info`` on ``/metrics`` (blocks x block si
 (``max_model_len``). SGLang: ``/health``; ``sglang:max_total_num_tokens`` on ``/metrics``;
 ``/v1/models`` where it reports the length. llama.cpp: ``/health``; ``/props`` (``total_slots`` and
 ``n_ctx``; its metrics export no capacity). Blocking calls with timeouts: run them in a thread.
+
+What a drain reads (:func:`busy`): the requests running plus waiting
+(``planner_core.engines.inflight``) and, from the same scrape, the engine's cumulative activity
+counters (:data:`ACTIVITY`), which move when a request finishes (or, on llama.cpp, which counts no
+requests, when it computes), so a request that came and went between two readings still shows.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass
 import msgspec
 
 from planner_core.engines.capabilities import capabilities_from_metrics
+from planner_core.engines.exposition import samples
 from planner_core.engines.inflight import detect_kind, in_flight
 from planner_proto import EngineCapabilities
 from planner_runtime.httpget import get
@@ -116,8 +122,56 @@ def probe(
     return Probe(kind=kind, capabilities=caps, model=model, sources=tuple(sources))
 
 
-def busy(base_url: str, kind: str, metrics_path: str = "/metrics") -> float | None:
-    """Requests running plus waiting on the engine; None when it cannot be read (gone, or no
-    gauges)."""
+def _trt(suffix: str) -> tuple[str, ...]:
+    # TRT-LLM serve's prefixes, as in planner_core.engines.inflight
+    return tuple(f"{p}{suffix}" for p in ("trtllm_", "trtllm:", "tensorrt_llm:"))
+
+
+ACTIVITY: dict[str, tuple[tuple[str, ...], ...]] = {
+    "vllm": (("vllm:request_success_total",),),
+    "sglang": (("sglang:num_requests_total",),),
+    "llamacpp": (
+        ("llamacpp:n_decode_total",),
+        ("llamacpp:prompt_tokens_total",),
+        ("llamacpp:tokens_predicted_total",),
+    ),
+    "trtllm": (_trt("request_success_total"),),
+}
+"""Per engine kind, cumulative counters that move whenever the engine serves a request: groups of
+candidate names (the first one present counts), each summed over its label sets (every finish
+reason, rank and model), the groups added up. vLLM, SGLang and TRT-LLM count finished requests
+(aborted ones too); llama.cpp counts none, so its decode calls and prompt and generated tokens."""
+
+
+@dataclass(frozen=True)
+class Busy:
+    """One ``/metrics`` reading of what an engine holds, for a drain."""
+
+    in_flight: float
+    """Requests running plus waiting (every label set)."""
+    served: float | None
+    """The sum of the kind's :data:`ACTIVITY` counters; None when the exposition has none of them."""
+
+
+def read_busy(kind: str, text: str) -> Busy | None:
+    """What ``text`` (one exposition) says a drain needs; None when it has neither in-flight gauge
+    (nothing to judge a drain by) or the kind is unknown."""
+    held = in_flight(kind, text)
+    if held is None:
+        return None
+    served, seen = 0.0, False
+    for names in ACTIVITY.get(kind, ()):
+        for name in names:
+            found = samples(text, name)
+            if found:
+                served += sum(s.value for s in found)
+                seen = True
+                break
+    return Busy(in_flight=held, served=served if seen else None)
+
+
+def busy(base_url: str, kind: str, metrics_path: str = "/metrics") -> Busy | None:
+    """The engine's :class:`Busy` from one scrape of its ``/metrics``; None when it cannot be read
+    (gone, or no gauges)."""
     text = metrics_text(base_url, metrics_path)
-    return None if text is None else in_flight(kind, text)
+    return None if text is None else read_busy(kind, text)

@@ -14,8 +14,14 @@ Two ways to run it:
 
 Drain, for engines without a drain protocol: the entry is re-put with ``draining=True`` (routers and
 the loadgen stop sending), ``drain_grace_s`` passes for requests routed just before, then the engine's
-own ``/metrics`` are read until it holds no running and no waiting request (bounded by
-``drain_timeout_s``; the outcome is logged either way), then the entry is deleted.
+own ``/metrics`` are read every 0.2 s until they have been quiet for ``drain_quiet_s``: every reading in
+that window shows no running and no waiting request, and the engine's finished-request counter does
+not move (:mod:`planner_runtime.register.drain`). One idle reading is not enough: a request the
+engine's API server has accepted but not yet scheduled is in neither gauge, and on a loaded machine a
+router may see the mark after the grace. A ``/metrics`` that cannot be read restarts the window; one
+that stays unread while ``/health`` fails too means the engine is gone. ``drain_timeout_s`` bounds the
+readings; the outcome is logged either way (``drained in X s``, or ``drain timed out after X s with
+...``), then the entry is deleted.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from planner_proto.subjects import ENGINES_BUCKET, ENGINES_TTL_S, Subjects
 from planner_runtime.bus import Bus, kv_get, kv_put
 from planner_runtime.cancellable import run_cancellable
 from planner_runtime.processes import ManagedProcess, free_port
+from planner_runtime.register.drain import QuietWindow
 from planner_runtime.register.probe import Probe, busy, healthy, probe
 from planner_runtime.register.settings import RegisterSettings, base_capabilities
 
@@ -111,43 +118,52 @@ class Registration:
             await _put(kv, self.key, msgspec.structs.replace(self.info, draining=True))
             _say(self.worker, "draining: marked in planner_engines")
             await asyncio.sleep(self.s.drain_grace_s)
-            kind = self.info.engine_kind
-            started = time.monotonic()
-            left: float | None = None
-            unread_since: float | None = None
-            while time.monotonic() - started < self.s.drain_timeout_s:
-                if self.engine_exited() is not None:
-                    left = 0
-                    break
-                reading = await asyncio.to_thread(busy, self.url, kind, self.s.metrics_path)
-                if reading is not None:
-                    left, unread_since = reading, None
-                    if reading == 0:
-                        break
-                else:
-                    # A busy engine may answer /metrics late: only an engine that stays unreadable
-                    # and fails /health too is taken as gone.
-                    now = time.monotonic()
-                    unread_since = unread_since or now
-                    if now - unread_since >= self.s.unhealthy_after_s and not await asyncio.to_thread(
-                        healthy, self.url
-                    ):
-                        left = 0
-                        _say(self.worker, "the engine stopped answering while draining", True)
-                        break
-                await asyncio.sleep(0.2)
-            took = time.monotonic() - started
-            if left is None or left > 0:
-                _say(
-                    self.worker,
-                    f"drain timed out after {took:.1f} s with {left if left is not None else 'unknown'} "
-                    "requests in flight "
-                    f"(drain_timeout_s {self.s.drain_timeout_s:g})",
-                    True,
-                )
+            took, window, gone = await self._wait_drained(self.info.engine_kind)
+            if gone or window.drained:
+                quiet = "" if gone else f" (nothing in flight or finishing for {window.quiet_for_s:.1f} s)"
+                _say(self.worker, f"drained in {took:.1f} s{quiet}")
             else:
-                _say(self.worker, f"drained in {took:.1f} s")
+                _say(self.worker, f"drain timed out after {took:.1f} s with {self._held(window)}", True)
         await _delete(kv, self.key)
+
+    async def _wait_drained(self, kind: str) -> tuple[float, QuietWindow, bool]:
+        """Read the engine's /metrics until its :class:`QuietWindow` says drained, the engine is gone,
+        or ``drain_timeout_s`` passes: (seconds taken, the window, whether the engine is gone)."""
+        window = QuietWindow(self.s.drain_quiet_s)
+        started = time.monotonic()
+        unread_since: float | None = None
+        while time.monotonic() - started < self.s.drain_timeout_s:
+            if self.engine_exited() is not None:
+                return time.monotonic() - started, window, True
+            reading = await asyncio.to_thread(busy, self.url, kind, self.s.metrics_path)
+            now = time.monotonic()
+            if window.observe(now, reading):
+                break
+            if reading is None:
+                # A busy engine may answer /metrics late: only an engine that stays unreadable
+                # and fails /health too is taken as gone.
+                unread_since = unread_since or now
+                if now - unread_since >= self.s.unhealthy_after_s and not await asyncio.to_thread(
+                    healthy, self.url
+                ):
+                    _say(self.worker, "the engine stopped answering while draining", True)
+                    return time.monotonic() - started, window, True
+            else:
+                unread_since = None
+            await asyncio.sleep(0.2)
+        return time.monotonic() - started, window, False
+
+    def _held(self, window: QuietWindow) -> str:
+        """What a timed-out drain left, for its log line."""
+        last, limit = window.last, f"(drain_timeout_s {self.s.drain_timeout_s:g})"
+        if last is None:
+            return f"unknown requests in flight: /metrics unread {limit}"
+        if last.in_flight > 0:
+            return f"{last.in_flight:g} requests in flight {limit}"
+        return (
+            f"0 requests in flight but requests still finishing: quiet {window.quiet_for_s:.1f} s "
+            f"of drain_quiet_s {self.s.drain_quiet_s:g} {limit}"
+        )
 
 
 async def _put(kv: KeyValue, key: str, info: EngineInfo) -> bool:

@@ -36,6 +36,11 @@ class RegisterSettings(BaseSettings, frozen=True, kw_only=True):
     """Longest wait for the engine's /health (a large model loads for minutes)."""
     drain_grace_s: Annotated[float, Meta(ge=0, le=600)] = 1.0
     """After marking the entry draining: requests routed before routers saw the mark may still come."""
+    drain_quiet_s: Annotated[float, Meta(ge=0, le=600)] = 2.0
+    """After the grace, the engine counts as drained once its /metrics have shown no request running
+    or waiting, and its finished-request counter has not moved, for this long (a request its API
+    server accepted but has not yet scheduled is in neither gauge). 0: the first idle reading.
+    ``drain_timeout_s`` bounds the wait."""
     stop_timeout_s: Annotated[float, Meta(gt=0, le=3600)] = 30.0
     """After the drain: the engine's own shutdown, then SIGKILL."""
     unhealthy_after_s: Annotated[float, Meta(gt=0, le=600)] = 5.0
