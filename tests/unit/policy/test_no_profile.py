@@ -143,9 +143,10 @@ def test_profiled_pool_never_consults_the_learned_rate(monkeypatch: pytest.Monke
     import planner_core.policy.predictive as predictive
 
     def boom(*args: object, **kwargs: object) -> float:
-        raise AssertionError("learned_decode_rate consulted although a profile exists")
+        raise AssertionError("the learned decode rate consulted although a profile exists")
 
     monkeypatch.setattr(predictive, "learned_decode_rate", boom)
+    monkeypatch.setattr(predictive, "learned_decode_point", boom)
     seen, diag = _run(1.0, 20, PolicyConfig(max_gpu_budget=-1), _profile())
     assert "decode.predictive_floor" in diag and seen[-1] >= 1
 

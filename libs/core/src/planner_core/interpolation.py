@@ -165,10 +165,26 @@ class DecodeInterpolator:
         if not from_itl:
             ok = np.nonzero(self.itl_grid_ms[:, j] <= itl_target_ms)[0]
             return float(self.thpt_grid[int(ok[-1]) if ok.size else 0, j])
+        return float(self.derived_thpt_grid[self._best_row(itl_target_ms, j), j])
+
+    def best_batch(self, itl_target_ms: float, context_length_tokens: float) -> float:
+        """Ours: the requests one engine runs at the load :meth:`best_thpt_per_gpu` sizes at
+        (``from_itl=True``): the batch whose fluctuation the decode floor's spare absorbs."""
+        if not (math.isfinite(itl_target_ms) and math.isfinite(context_length_tokens)):
+            return math.nan
+        j = self._index(self.context_axis, context_length_tokens)
+        i = self._best_row(itl_target_ms, j)
+        itl_s = float(self.extended_itl_grid_ms[i, j]) / 1000.0
+        return float(self.derived_thpt_grid[i, j]) * itl_s if itl_s > 0 else 0.0
+
+    def _best_row(self, itl_target_ms: float, j: int) -> int:
+        """The load (row) of context column ``j`` with the most derived throughput over the loads up
+        to the first whose (extended) ITL passes the target; the lowest load when none meets it."""
         within = np.maximum.accumulate(self.extended_itl_grid_ms[:, j]) <= itl_target_ms
         if not within.any():
-            return float(self.derived_thpt_grid[0, j])
-        return float(np.max(self.derived_thpt_grid[within, j]))
+            return 0
+        rows = np.nonzero(within)[0]
+        return int(rows[int(np.argmax(self.derived_thpt_grid[rows, j]))])
 
     def meets_itl(self, itl_target_ms: float, context_length_tokens: float) -> bool:
         """True when some load level at this context meets the ITL target."""

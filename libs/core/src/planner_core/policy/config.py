@@ -129,6 +129,17 @@ class PolicyConfig:
     """Predictive floor: ``decode_max_utilisation`` is the cap of one decode engine; a fleet of
     k keeps (1 - cap) x sqrt(k) engines spare in all instead of (1 - cap) x k (square-root staffing:
     the router spreads the running batch, the fluctuation to absorb grows with its square root)."""
+    decode_staffing: bool = True
+    """Predictive floor: decode's spare from the target attainment (square-root staffing on the
+    running requests, :func:`planner_core.policy.queueing.decode_spare`: ``k`` engines keep
+    ``z sqrt(decode_variability / B) sqrt(k)`` engines spare, ``B`` the batch one engine runs at the
+    ITL target, ``z`` the target's standard score), as prefill's utilisation cap comes from its
+    queueing tail at the target; a fleet running long contexts (small batches) keeps more spare, one
+    running short chats less. False: ``decode_max_utilisation`` as the spare whatever the target."""
+    decode_variability: Positive = 1.0
+    """With ``decode_staffing``: the variance of the running decode requests over their mean (1: a
+    Poisson count, what Poisson arrivals give whatever the requests' lengths; bursty arrivals raise
+    it, each request's ITL averaged over its life lowers the misses it causes)."""
     predictive: bool = True
     """Combined policy: the floor is the predictive one (demand of the startup horizon at the target
     attainment, re-sized on every demand forecast); False: the throughput mode's floor, as in the

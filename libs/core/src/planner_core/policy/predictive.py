@@ -16,11 +16,12 @@ still reacts above it to what the engines report.
 - decode: the profile's best output tokens/s per GPU at the (corrected) ITL target and the mean
   context; without a profile, the learned model's (:func:`learned_decode_rate`: the largest batch
   whose predicted ITL meets the target, over that ITL), so a pool that was never profiled still
-  gets a floor and consolidates on load. One engine runs at most at ``decode_max_utilisation`` of
-  it, a fleet of ``k`` keeps
-  ``(1 - decode_max_utilisation) x sqrt(k)`` engines spare in all (``decode_pooled_headroom``;
-  square-root staffing: the router spreads the running batch, so the fluctuation the spare absorbs
-  grows with the square root of the load).
+  gets a floor and consolidates on load. A fleet of ``k`` engines keeps ``h sqrt(k)`` engines
+  spare (square-root staffing: the router spreads the running requests, so the fluctuation the
+  spare absorbs grows with the square root of the load), ``h`` from the target attainment and the
+  batch ``B`` one engine runs at the ITL target (``decode_staffing``:
+  :func:`planner_core.policy.queueing.decode_spare`, ``z sqrt(decode_variability / B)``), as
+  prefill's cap comes from its queueing tail; without it ``1 - decode_max_utilisation``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from planner_core.policy.calibration import (
 )
 from planner_core.policy.config import PolicyConfig
 from planner_core.policy.queue_calibration import QueueCalibration, settle_queue
-from planner_core.policy.queueing import max_prefill_utilisation
+from planner_core.policy.queueing import decode_spare, max_prefill_utilisation
 from planner_core.policy.types import (
     DECODE,
     PREFILL,
@@ -59,7 +60,14 @@ from planner_proto.decision import Reason
 from planner_proto.demand import ComponentDemand, DemandStep
 from planner_proto.state import ComponentSnapshot
 
-__all__ = ["floor_hold_s", "lead_samples", "learned_decode_rate", "predictive_floor", "prefill_variability"]
+__all__ = [
+    "floor_hold_s",
+    "lead_samples",
+    "learned_decode_point",
+    "learned_decode_rate",
+    "predictive_floor",
+    "prefill_variability",
+]
 
 
 def prefill_rate_per_replica(service_ms: float, isl_tokens: float) -> float:
@@ -108,25 +116,34 @@ def predictive_floor(
         )
         capacity[PREFILL] = _offered(per, 0.0)
     engine_thpt: float | None = None
+    batch = math.nan
     itl_target = cfg.itl_target_ms / decode_correction if decode_correction > 0 else cfg.itl_target_ms
     if DECODE in comps and inputs.capacity is not None:
         engine_thpt = (
             inputs.capacity.decode.best_thpt_per_gpu(itl_target, isl + osl / 2) * cfg.gpus_per_decode
         )
+        batch = inputs.capacity.decode.best_batch(itl_target, isl + osl / 2)
     elif DECODE in comps and inputs.estimator is not None:
         # ours: no profile: one engine's rate from the model learned on the running engines
-        learned = learned_decode_rate(inputs.snapshots.get(DECODE), inputs.estimator, isl, osl, itl_target)
-        engine_thpt = learned if learned > 0 else None
+        batch, itl_ms = learned_decode_point(
+            inputs.snapshots.get(DECODE), inputs.estimator, isl, osl, itl_target
+        )
+        engine_thpt = batch / (itl_ms / 1000.0) if batch > 0 else None
     if engine_thpt is not None and dec is not None:
-        if cfg.decode_pooled_headroom:
+        dec_cfg = _cold(cfg, dec)
+        staffed = cfg.decode_staffing and math.isfinite(batch) and batch > 0
+        if staffed:
+            per = engine_thpt
+            pooled = decode_spare(dec_cfg.target_attainment, batch, cfg.decode_variability)
+        elif cfg.decode_pooled_headroom:
             per, pooled = engine_thpt, 1.0 - cfg.decode_max_utilisation
         else:
             per, pooled = engine_thpt * cfg.decode_max_utilisation, 0.0
         dec_extra: Diagnostics = {
             "itl_target_corrected_ms": itl_target,
             "learned_rate": float(inputs.capacity is None),
+            "batch_at_target": batch if staffed else 0.0,
         }
-        dec_cfg = _cold(cfg, dec)
         dec_scale = _scale(cals, DECODE)
         out[DECODE] = _over_horizon(
             lambda j: _sized(dec.steps[j - 1], per, dec_cfg, dec_extra, pooled, scale=dec_scale), lead
@@ -281,12 +298,25 @@ def learned_decode_rate(
     mean context ``isl + osl/2``) whose predicted ITL meets the target, times one token per step:
     ``b / ITL(b)``. 0 when the model cannot say (not fitted, no capabilities, or even one request
     misses the target)."""
+    batch, itl_ms = learned_decode_point(snap, estimator, isl_tokens, osl_tokens, itl_target_ms)
+    return batch / (itl_ms / 1000.0) if batch > 0 else 0.0
+
+
+def learned_decode_point(
+    snap: ComponentSnapshot | None,
+    estimator: LatencyEstimator,
+    isl_tokens: float,
+    osl_tokens: float,
+    itl_target_ms: float,
+) -> tuple[int, float]:
+    """The batch :func:`learned_decode_rate` sizes at and its predicted ITL in ms; (0, nan) when
+    the model cannot say."""
     if snap is None or snap.capabilities is None or snap.model is None or not snap.model.ready:
-        return 0.0
+        return 0, math.nan
     caps = snap.capabilities
     context = isl_tokens + osl_tokens / 2
     if context <= 0 or itl_target_ms <= 0:
-        return 0.0
+        return 0, math.nan
     most = caps.max_num_seqs
     if caps.max_kv_tokens > 0:
         most = min(most, int(caps.max_kv_tokens // context))
@@ -302,7 +332,7 @@ def learned_decode_rate(
 
     best = itl_within(1) if most >= 1 else None
     if best is None:
-        return 0.0
+        return 0, math.nan
     lo, hi = 1, most  # best = ITL(lo); the predicted ITL grows with the batch (a physical fit)
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -311,7 +341,7 @@ def learned_decode_rate(
             hi = mid - 1
         else:
             lo, best = mid, est
-    return lo / (best / 1000.0)
+    return lo, best
 
 
 def _prefill_service_ms(inputs: DecisionInputs, isl: float) -> float:

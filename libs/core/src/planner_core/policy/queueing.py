@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from statistics import NormalDist
 
 PassTime = Callable[[float], float]
 """Seconds of one prefill pass computing this many prompt tokens."""
@@ -83,3 +84,24 @@ def max_prefill_utilisation(
         else:
             hi = mid
     return lo
+
+
+def decode_spare(quantile: float, batch: float, variability: float = 1.0) -> float:
+    """Square-root staffing for decode: the spare ``h`` such that ``k`` engines, each running at most
+    ``batch`` requests within the ITL target, keep the running requests within ``k x batch`` with
+    probability ``quantile`` while they carry ``k - h sqrt(k)`` engines' worth of load.
+
+    The requests running on a fleet fed by Poisson arrivals are a Poisson count whatever their
+    lengths (an infinite-server queue: the engines run every admitted request at once), of variance
+    ``variability`` times its mean (1 for Poisson). With the mean ``L = (k - h sqrt(k)) batch``, the
+    tail ``L + z sqrt(variability L)`` within ``k batch`` (normal approximation, ``z`` the quantile's
+    standard score) gives ``h = z sqrt(variability / batch)`` (slightly conservative: the load at the
+    spare is under ``k batch``). A small batch needs a large share spare, a large one little.
+    0 when ``quantile`` is at most one half or ``batch`` is not positive and finite (no spare
+    can be derived: the caller's cap stands)."""
+    if not 0.0 < quantile < 1.0:
+        raise ValueError(f"quantile: must be in (0, 1), got {quantile}")
+    if not (math.isfinite(batch) and batch > 0.0) or quantile <= 0.5:
+        return 0.0
+    z = NormalDist().inv_cdf(quantile)
+    return z * math.sqrt(max(variability, 0.0) / batch)
