@@ -106,6 +106,24 @@ def test_best_decode_thpt_derived_from_itl(
     assert interp.best_thpt_per_gpu(itl_target, 3000.0) == pytest.approx(expected_thpt, rel=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("itl_target", "max_num_seqs", "expected_batch"),
+    [
+        # the batch behind each throughput above: the requests held at the chosen cell
+        (60.0, None, 100000 / (1000 + 50 * 4000 / 99)),
+        (25.0, None, 37 / 99 * 100000 / (1000 + 50 * 4000 / 99)),
+        (60.0, 20, 20.0),
+        (5.0, None, 0.0),
+    ],
+    ids=["loose_target_full_kv", "tight_target_partial_kv", "max_num_seqs_cap", "unreachable_lowest_cell"],
+)
+def test_best_decode_batch_is_the_one_the_throughput_is_sized_at(
+    itl_target: float, max_num_seqs: int | None, expected_batch: float
+) -> None:
+    interp = DecodeInterpolator(linear_decode(), max_num_seqs=max_num_seqs)
+    assert interp.best_batch(itl_target, 3000.0) == pytest.approx(expected_batch, rel=1e-6)
+
+
 def test_decode_itl_at_concurrency() -> None:
     interp = DecodeInterpolator(linear_decode())
     # 10 requests * 5000 tokens / 100000 = kv 0.5 -> 10 + 40*0.5 = 30 ms (grid cell 49.5 -> 50/99 = 0.505)

@@ -167,3 +167,21 @@ def test_intermittent_demand_keeps_its_burst_floors_for_the_lead(shared_data: Pa
     got = _follow(shared_data, rates)
     for i in range(30, 60):
         assert got[i][1] >= max(f for f, _, _ in got[i - 5 : i + 1])
+
+
+def test_decode_keeps_the_spare_its_target_and_batch_call_for(shared_data: Path) -> None:
+    """Decode's spare is the staffing rule's for the target and the batch one engine runs at the ITL
+    target (here ~436 requests at context 2100: ~0.11 engine per sqrt(engine), where the fixed cap
+    kept 0.25), and a looser target keeps less."""
+    from planner_core.policy.queueing import decode_spare
+
+    for target in (0.9, 0.99):
+        _, diag = run(shared_data, target)
+        batch = diag["decode.predictive.batch_at_target"]
+        assert 300.0 < batch < 600.0
+        assert diag["decode.predictive.pooled_headroom"] == pytest.approx(
+            decode_spare(diag["decode.predictive.target_attainment"], batch)
+        )
+    _, loose = run(shared_data, 0.9)
+    _, tight = run(shared_data, 0.99)
+    assert loose["decode.predictive.pooled_headroom"] < tight["decode.predictive.pooled_headroom"] < 0.25

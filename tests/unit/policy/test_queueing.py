@@ -6,7 +6,12 @@ import math
 
 import pytest
 
-from planner_core.policy.queueing import max_prefill_utilisation, queued_ttft_ms, wait_tail_probability
+from planner_core.policy.queueing import (
+    decode_spare,
+    max_prefill_utilisation,
+    queued_ttft_ms,
+    wait_tail_probability,
+)
 
 
 def linear_pass(tokens: float) -> float:
@@ -85,3 +90,41 @@ def test_utilisation_cap_is_lower_for_stricter_quantiles_and_burstier_traffic() 
 def test_utilisation_cap_rejects_a_bad_quantile() -> None:
     with pytest.raises(ValueError, match="quantile"):
         max_prefill_utilisation(30.0, 500.0, 1.0)
+
+
+def test_decode_spare_keeps_the_running_requests_within_the_fleet_at_its_quantile() -> None:
+    """At ``k - h sqrt(k)`` engines' worth of load, a Poisson count of running requests stays within
+    ``k x batch`` with at least the quantile's probability (the normal approximation is slightly
+    conservative), and not by much more: the spare is what the quantile needs, not a margin."""
+    from scipy.stats import poisson
+
+    for q in (0.8, 0.9, 0.99, 0.999):
+        for batch in (20.0, 100.0, 700.0):
+            h = decode_spare(q, batch)
+            for k in (1, 4, 16):
+                mean = max(k - h * math.sqrt(k), 0.0) * batch
+                within = float(poisson.cdf(k * batch, mean))
+                assert within >= q - 0.01, (q, batch, k, within)
+                # a spare 20 % smaller already falls under the quantile on larger fleets
+                smaller = max(k - 0.8 * h * math.sqrt(k), 0.0) * batch
+                if k >= 4 and batch >= 100:
+                    assert float(poisson.cdf(k * batch, smaller)) < q, (q, batch, k)
+
+
+def test_decode_spare_shrinks_with_the_batch_and_grows_with_the_quantile_and_variability() -> None:
+    assert decode_spare(0.99, 700.0) < decode_spare(0.99, 100.0) < decode_spare(0.99, 20.0)
+    assert decode_spare(0.9, 100.0) < decode_spare(0.99, 100.0) < decode_spare(0.999, 100.0)
+    assert decode_spare(0.99, 100.0, 2.0) == pytest.approx(math.sqrt(2.0) * decode_spare(0.99, 100.0))
+    # z(0.99) = 2.326: sqrt(1/100) of it
+    assert decode_spare(0.99, 100.0) == pytest.approx(0.2326, abs=1e-4)
+
+
+@pytest.mark.parametrize(("quantile", "batch"), [(0.5, 100.0), (0.3, 100.0), (0.99, 0.0), (0.99, math.nan)])
+def test_decode_spare_edges(quantile: float, batch: float) -> None:
+    assert decode_spare(quantile, batch) == 0.0
+
+
+@pytest.mark.parametrize("quantile", [0.0, 1.0, -0.5, 1.5])
+def test_decode_spare_rejects_a_bad_quantile(quantile: float) -> None:
+    with pytest.raises(ValueError, match="quantile"):
+        decode_spare(quantile, 100.0)

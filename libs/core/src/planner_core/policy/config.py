@@ -121,10 +121,9 @@ class PolicyConfig:
     TTFT is set by queueing behind bursts: on the Azure traces a fleet that meets the TTFT target runs
     its prefill engines at 30-60 % on average (ignored in reference_compat)."""
     decode_max_utilisation: Share = 0.75
-    """Likewise for decode. A decode engine past its capacity makes every request wait for
-    admission, so the floor keeps a margin over the profile's best throughput at the ITL target. With
-    one or two decode engines (the Azure conv trace) 0.85 leaves ITL misses; a lower cap costs
-    GPU-hours on large fleets (the sinusoid)."""
+    """Likewise for decode, in the throughput floor (``predictive`` false) and in the predictive floor
+    when ``decode_staffing`` is off: a margin over the profile's best throughput at the ITL target
+    (a decode engine past its capacity makes every request wait for admission)."""
     decode_pooled_headroom: bool = True
     """Predictive floor: ``decode_max_utilisation`` is the cap of one decode engine; a fleet of
     k keeps (1 - cap) x sqrt(k) engines spare in all instead of (1 - cap) x k (square-root staffing:
