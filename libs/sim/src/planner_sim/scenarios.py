@@ -206,6 +206,39 @@ SCENARIOS: dict[str, Scenario] = {
             itl_ms=35.0,
             description="a 3x step up half-way, ISL 3000 / OSL 600, TTFT 600 ms / ITL 35 ms, 1 h",
         ),
+        # added after decode's spare from the target attainment (square-root staffing on the running
+        # requests), measured once, nothing set on them
+        Scenario(
+            name="short-chats",
+            source="synthetic:shape=constant,rps=8,isl=400,osl=150,duration_s=3600",
+            ttft_ms=300.0,
+            itl_ms=20.0,
+            peak_gpus=5.0,
+            description="flat short chats, ISL 400 / OSL 150, TTFT 300 ms / ITL 20 ms, 1 h, 5-GPU peak",
+        ),
+        Scenario(
+            name="long-context-wave",
+            source="synthetic:shape=sinusoid,rps=1,peak_rps=6,period_s=1200,isl=6000,osl=800,duration_s=5400",
+            ttft_ms=2000.0,
+            itl_ms=40.0,
+            description="long contexts on a 20-minute wave, 1 <-> 6 req/s, ISL 6000 / OSL 800, TTFT 2 s / ITL 40 ms, 1.5 h",
+        ),
+        Scenario(
+            name="answer-bursts",
+            source=(
+                "synthetic:shape=burst,rps=2,peak_rps=6,burst_every_s=900,burst_len_s=180,isl=800,osl=1200,"
+                "duration_s=3600"
+            ),
+            itl_ms=40.0,
+            peak_gpus=6.0,
+            description="three-minute 3x bursts of long answers (ISL 800 / OSL 1200) every 15 minutes, ITL 40 ms, 6-GPU peak",
+        ),
+        Scenario(
+            name="two-gpus",
+            source="synthetic:shape=sinusoid,rps=0.5,peak_rps=1.5,period_s=1800,isl=1500,osl=250,duration_s=3600",
+            peak_gpus=2.0,
+            description="the smallest fleet: a slow wave rate-scaled to a 2-GPU peak (one prefill, one decode at most)",
+        ),
     )
 }
 
