@@ -291,3 +291,18 @@ def test_h200_decode_short_context_does_not_borrow_a_longer_ones_itl(
     # beyond the measured loads, ITL keeps rising with load
     assert dec.itl_ms(0.80, 1286.0) > dec.itl_ms(0.70, 1286.0) > 39.0
     assert dec.itl_ms(0.80, 1286.0, reference=True) < 32.0
+
+
+def test_itl_reachable_reads_the_contexts_own_loads_not_a_borrowed_cell() -> None:
+    # the 1000-token row is measured to kv 0.3 at 40-50 ms; beyond it the reference's grid borrows
+    # the 3000-token row's 25-30 ms, so it calls a 35 ms target reachable there; ours does not
+    kv = np.array([0.0, 0.15, 0.3] + [0.0, 0.25, 0.5, 0.75, 1.0] * 2)
+    ctx = np.array([1000.0] * 3 + [3000.0] * 5 + [5000.0] * 5)
+    itl = np.array([40.0, 45.0, 50.0, 10.0, 15.0, 20.0, 25.0, 30.0, 15.0, 20.0, 25.0, 30.0, 35.0])
+    prof = DecodeProfile(
+        kv_usage=kv, context_length_tokens=ctx, itl_ms=itl, thpt_per_gpu=4000 * kv, max_kv_tokens=100_000
+    )
+    interp = DecodeInterpolator(prof)
+    assert interp.meets_itl(35.0, 1000.0, reference=True)
+    assert not interp.meets_itl(35.0, 1000.0)
+    assert interp.meets_itl(45.0, 1000.0) and interp.meets_itl(35.0, 3000.0)

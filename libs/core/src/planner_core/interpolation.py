@@ -186,12 +186,16 @@ class DecodeInterpolator:
         rows = np.nonzero(within)[0]
         return int(rows[int(np.argmax(self.derived_thpt_grid[rows, j]))])
 
-    def meets_itl(self, itl_target_ms: float, context_length_tokens: float) -> bool:
-        """True when some load level at this context meets the ITL target."""
+    def meets_itl(
+        self, itl_target_ms: float, context_length_tokens: float, *, reference: bool = False
+    ) -> bool:
+        """True when some load level at this context meets the ITL target (``reference``: on the
+        reference's grid, whose borrowed cells can meet a target the context's own loads do not)."""
         if not (math.isfinite(itl_target_ms) and math.isfinite(context_length_tokens)):
             return False
         j = self._index(self.context_axis, context_length_tokens)
-        return bool(np.any(self.itl_grid_ms[:, j] <= itl_target_ms))
+        grid = self.itl_grid_ms if reference else self.extended_itl_grid_ms
+        return bool(np.any(grid[:, j] <= itl_target_ms))
 
 
 def _derived_thpt(

@@ -185,7 +185,9 @@ def throughput_policy(
             "load_tok_per_s": d_load,
             "thpt_per_gpu": d_thpt,
             "itl_target_corrected_ms": itl_target,
-            "itl_reachable": float(capacity.decode.meets_itl(itl_target, context)),
+            "itl_reachable": float(
+                capacity.decode.meets_itl(itl_target, context, reference=cfg.reference_compat)
+            ),
         }
         results[DECODE] = _sized(DECODE, d_need, current, cfg, diag)
     else:
