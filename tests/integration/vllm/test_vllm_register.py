@@ -133,7 +133,8 @@ async def test_real_vllm_registers_drains_and_leaves(
             t.start()
         # the fullest exposition seen while they run (on a loaded host they trickle in); 400 tokens each:
         # 8 running fit the 4,096 KV tokens, so none is preempted
-        busy, most, deadline = "", -1.0, time.monotonic() + 120
+        # (starting from the idle one: on a starved host every request can finish before the first look)
+        busy, most, deadline = idle, 0.0, time.monotonic() + 120
         while time.monotonic() < deadline and most < 12 and any(t.is_alive() for t in threads):
             text = _get(a.metrics_url)
             held = in_flight("vllm", text) or 0
