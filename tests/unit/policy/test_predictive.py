@@ -23,6 +23,7 @@ def run(
     desired: int = 2,
     start: int | None = None,
     cold_miss_share: float = 0.5,
+    decode_staffing: bool = False,
 ) -> tuple[dict[str, int], dict[str, float]]:
     """``samples`` decisions on the wobbling traffic, the fleet at ``desired`` replicas per component
     (at ``start`` for the first decision, when given)."""
@@ -33,6 +34,7 @@ def run(
         target_attainment=target,
         max_gpu_budget=-1,
         cold_miss_share=cold_miss_share,
+        decode_staffing=decode_staffing,
     )
     st, demand = PolicyState(), predictor(cfg)
     reps = {c: ComponentReplicas(desired=desired, ready=desired) for c in ("prefill", "decode")}
@@ -176,12 +178,16 @@ def test_decode_keeps_the_spare_its_target_and_batch_call_for(shared_data: Path)
     from planner_core.policy.queueing import decode_spare
 
     for target in (0.9, 0.99):
-        _, diag = run(shared_data, target)
+        _, diag = run(shared_data, target, decode_staffing=True)
         batch = diag["decode.predictive.batch_at_target"]
         assert 300.0 < batch < 600.0
         assert diag["decode.predictive.pooled_headroom"] == pytest.approx(
             decode_spare(diag["decode.predictive.target_attainment"], batch)
         )
-    _, loose = run(shared_data, 0.9)
-    _, tight = run(shared_data, 0.99)
+    _, loose = run(shared_data, 0.9, decode_staffing=True)
+    _, tight = run(shared_data, 0.99, decode_staffing=True)
     assert loose["decode.predictive.pooled_headroom"] < tight["decode.predictive.pooled_headroom"] < 0.25
+    # off (the default), the fixed margin whatever the target
+    _, fixed = run(shared_data, 0.99)
+    assert fixed["decode.predictive.pooled_headroom"] == pytest.approx(0.25)
+    assert fixed["decode.predictive.batch_at_target"] == 0.0

@@ -121,20 +121,23 @@ class PolicyConfig:
     TTFT is set by queueing behind bursts: on the Azure traces a fleet that meets the TTFT target runs
     its prefill engines at 30-60 % on average (ignored in reference_compat)."""
     decode_max_utilisation: Share = 0.75
-    """Likewise for decode, in the throughput floor (``predictive`` false) and in the predictive floor
-    when ``decode_staffing`` is off: a margin over the profile's best throughput at the ITL target
-    (a decode engine past its capacity makes every request wait for admission)."""
+    """Likewise for decode (in the predictive floor unless ``decode_staffing``). A decode engine past
+    its capacity makes every request wait for admission, so the floor keeps a margin over the
+    profile's best throughput at the ITL target. With one or two decode engines (the Azure conv
+    trace) 0.85 leaves ITL misses; a lower cap costs GPU-hours on large fleets (the sinusoid)."""
     decode_pooled_headroom: bool = True
     """Predictive floor: ``decode_max_utilisation`` is the cap of one decode engine; a fleet of
     k keeps (1 - cap) x sqrt(k) engines spare in all instead of (1 - cap) x k (square-root staffing:
     the router spreads the running batch, the fluctuation to absorb grows with its square root)."""
-    decode_staffing: bool = True
-    """Predictive floor: decode's spare from the target attainment (square-root staffing on the
-    running requests, :func:`planner_core.policy.queueing.decode_spare`: ``k`` engines keep
-    ``z sqrt(decode_variability / B) sqrt(k)`` engines spare, ``B`` the batch one engine runs at the
-    ITL target, ``z`` the target's standard score), as prefill's utilisation cap comes from its
-    queueing tail at the target; a fleet running long contexts (small batches) keeps more spare, one
-    running short chats less. False: ``decode_max_utilisation`` as the spare whatever the target."""
+    decode_staffing: bool = False
+    """Experimental, predictive floor: decode's spare from the target attainment (square-root
+    staffing on the running requests, :func:`planner_core.policy.queueing.decode_spare`: ``k``
+    engines keep ``z sqrt(decode_variability / B) sqrt(k)`` engines spare, ``B`` the batch one engine
+    runs at the ITL target, ``z`` the target's standard score), as prefill's utilisation cap comes
+    from its queueing tail. False: ``decode_max_utilisation`` as the spare whatever the target.
+    Measured on 20 scenarios (the policy manual): cheaper at 0.99 on most, but it sizes the overflow's
+    probability, and an overflow makes every running request late, on top of the forecast's spread:
+    at knobs of 0.8-0.9 decode collapses."""
     decode_variability: Positive = 1.0
     """With ``decode_staffing``: the variance of the running decode requests over their mean (1: a
     Poisson count, what Poisson arrivals give whatever the requests' lengths; bursty arrivals raise
