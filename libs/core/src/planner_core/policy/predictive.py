@@ -18,10 +18,11 @@ still reacts above it to what the engines report.
   whose predicted ITL meets the target, over that ITL), so a pool that was never profiled still
   gets a floor and consolidates on load. A fleet of ``k`` engines keeps ``h sqrt(k)`` engines
   spare (square-root staffing: the router spreads the running requests, so the fluctuation the
-  spare absorbs grows with the square root of the load), ``h`` from the target attainment and the
-  batch ``B`` one engine runs at the ITL target (``decode_staffing``:
-  :func:`planner_core.policy.queueing.decode_spare`, ``z sqrt(decode_variability / B)``), as
-  prefill's cap comes from its queueing tail; without it ``1 - decode_max_utilisation``.
+  spare absorbs grows with the square root of the load), ``h = 1 - decode_max_utilisation``
+  (``decode_pooled_headroom``); with ``decode_staffing`` (experimental) ``h`` comes from the target
+  attainment and the batch ``B`` one engine runs at the ITL target instead
+  (:func:`planner_core.policy.queueing.decode_spare`, ``z sqrt(decode_variability / B)``), as
+  prefill's cap comes from its queueing tail.
 """
 
 from __future__ import annotations
