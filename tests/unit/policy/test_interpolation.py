@@ -83,44 +83,33 @@ def test_best_decode_thpt_linear_profile(itl_target: float, expected_thpt: float
 
 
 @pytest.mark.parametrize(
-    ("itl_target", "max_num_seqs", "expected_thpt"),
+    ("itl_target", "max_num_seqs", "expected_thpt", "expected_batch"),
     [
         # context 3000 is cell 49.5 -> 50: 1000 + 50 * 4000 / 99 = 3020.2 tokens. kv 1.0: ITL 50 ms,
         # requests 100000 / 3020.2 = 33.11 -> 33.11 / 0.050 = 662.2 tok/s/GPU
-        (60.0, None, 100000 / (1000 + 50 * 4000 / 99) / 0.050),
+        (60.0, None, 100000 / (1000 + 50 * 4000 / 99) / 0.050, 100000 / (1000 + 50 * 4000 / 99)),
         # ITL <= 25 -> cell 37/99 = 0.3737: ITL 24.95 ms, requests 0.3737 * 33.11 = 12.37 -> 495.9
-        (25.0, None, 37 / 99 * 100000 / (1000 + 50 * 4000 / 99) / (0.010 + 0.040 * 37 / 99)),
+        (
+            25.0,
+            None,
+            37 / 99 * 100000 / (1000 + 50 * 4000 / 99) / (0.010 + 0.040 * 37 / 99),
+            37 / 99 * 100000 / (1000 + 50 * 4000 / 99),
+        ),
         # max_num_seqs 20 caps the requests from cell 60 (60/99 * 33.11 = 20.07) on; more load only
         # raises the ITL, so the most throughput is there: 20 / (10 + 40 * 60/99 ms) = 584.1, not the
         # 20 / 0.050 = 400 of the highest-load cell
-        (60.0, 20, 20 / (0.010 + 0.040 * 60 / 99)),
+        (60.0, 20, 20 / (0.010 + 0.040 * 60 / 99), 20.0),
         # nothing meets 5 ms -> lowest-load cell, kv 0 -> 0 requests -> 0
-        (5.0, None, 0.0),
+        (5.0, None, 0.0, 0.0),
     ],
     ids=["loose_target_full_kv", "tight_target_partial_kv", "max_num_seqs_cap", "unreachable_lowest_cell"],
 )
 def test_best_decode_thpt_derived_from_itl(
-    itl_target: float, max_num_seqs: int | None, expected_thpt: float
+    itl_target: float, max_num_seqs: int | None, expected_thpt: float, expected_batch: float
 ) -> None:
+    """The best throughput, and the batch it is sized at (the requests held at that cell)."""
     interp = DecodeInterpolator(linear_decode(), max_num_seqs=max_num_seqs)
     assert interp.best_thpt_per_gpu(itl_target, 3000.0) == pytest.approx(expected_thpt, rel=1e-6)
-
-
-@pytest.mark.parametrize(
-    ("itl_target", "max_num_seqs", "expected_batch"),
-    [
-        # the batch behind each throughput above: the requests held at the chosen cell
-        (60.0, None, 100000 / (1000 + 50 * 4000 / 99)),
-        (25.0, None, 37 / 99 * 100000 / (1000 + 50 * 4000 / 99)),
-        (60.0, 20, 20.0),
-        (5.0, None, 0.0),
-    ],
-    ids=["loose_target_full_kv", "tight_target_partial_kv", "max_num_seqs_cap", "unreachable_lowest_cell"],
-)
-def test_best_decode_batch_is_the_one_the_throughput_is_sized_at(
-    itl_target: float, max_num_seqs: int | None, expected_batch: float
-) -> None:
-    interp = DecodeInterpolator(linear_decode(), max_num_seqs=max_num_seqs)
     assert interp.best_batch(itl_target, 3000.0) == pytest.approx(expected_batch, rel=1e-6)
 
 

@@ -123,7 +123,8 @@ def predictive_floor(
         engine_thpt = (
             inputs.capacity.decode.best_thpt_per_gpu(itl_target, isl + osl / 2) * cfg.gpus_per_decode
         )
-        batch = inputs.capacity.decode.best_batch(itl_target, isl + osl / 2)
+        if cfg.decode_staffing:
+            batch = inputs.capacity.decode.best_batch(itl_target, isl + osl / 2)
     elif DECODE in comps and inputs.estimator is not None:
         # ours: no profile: one engine's rate from the model learned on the running engines
         batch, itl_ms = learned_decode_point(

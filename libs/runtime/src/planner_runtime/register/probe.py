@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import msgspec
 
 from planner_core.engines.capabilities import capabilities_from_metrics
-from planner_core.engines.exposition import samples
-from planner_core.engines.inflight import detect_kind, in_flight
+from planner_core.engines.inflight import detect_kind, groups_total, in_flight, trt_names
 from planner_proto import EngineCapabilities
 from planner_runtime.httpget import get
 
@@ -122,11 +121,6 @@ def probe(
     return Probe(kind=kind, capabilities=caps, model=model, sources=tuple(sources))
 
 
-def _trt(suffix: str) -> tuple[str, ...]:
-    # TRT-LLM serve's prefixes, as in planner_core.engines.inflight
-    return tuple(f"{p}{suffix}" for p in ("trtllm_", "trtllm:", "tensorrt_llm:"))
-
-
 ACTIVITY: dict[str, tuple[tuple[str, ...], ...]] = {
     "vllm": (("vllm:request_success_total",),),
     "sglang": (("sglang:num_requests_total",),),
@@ -135,7 +129,7 @@ ACTIVITY: dict[str, tuple[tuple[str, ...], ...]] = {
         ("llamacpp:prompt_tokens_total",),
         ("llamacpp:tokens_predicted_total",),
     ),
-    "trtllm": (_trt("request_success_total"),),
+    "trtllm": (trt_names("request_success_total"),),
 }
 """Per engine kind, cumulative counters that move whenever the engine serves a request: groups of
 candidate names (the first one present counts), each summed over its label sets (every finish
@@ -159,15 +153,7 @@ def read_busy(kind: str, text: str) -> Busy | None:
     held = in_flight(kind, text)
     if held is None:
         return None
-    served, seen = 0.0, False
-    for names in ACTIVITY.get(kind, ()):
-        for name in names:
-            found = samples(text, name)
-            if found:
-                served += sum(s.value for s in found)
-                seen = True
-                break
-    return Busy(in_flight=held, served=served if seen else None)
+    return Busy(in_flight=held, served=groups_total(text, ACTIVITY.get(kind, ())))
 
 
 def busy(base_url: str, kind: str, metrics_path: str = "/metrics") -> Busy | None:
