@@ -3,6 +3,7 @@ candidate in the diagnostics, and the same target_attainment knob moving cost bo
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
@@ -171,23 +172,41 @@ def test_intermittent_demand_keeps_its_burst_floors_for_the_lead(shared_data: Pa
         assert got[i][1] >= max(f for f, _, _ in got[i - 5 : i + 1])
 
 
-def test_decode_keeps_the_spare_its_target_and_batch_call_for(shared_data: Path) -> None:
-    """Decode's spare is the staffing rule's for the target and the batch one engine runs at the ITL
-    target (here ~436 requests at context 2100: ~0.11 engine per sqrt(engine), where the fixed cap
-    kept 0.25), and a looser target keeps less."""
-    from planner_core.policy.queueing import decode_spare
+def test_decode_staffing_sizes_the_running_requests_at_the_target(
+    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``decode_staffing``, decode's floor is the fewest engines whose running-count attainment
+    over the forecast's scenarios (an overflow late whole) reaches the target, at the batch one
+    engine runs at the ITL target (here ~436 requests at context 2100); a looser target needs no
+    more engines. Off (the default), the fixed spare and the excess model."""
+    from planner_core.policy import attainment, predictive
 
+    calls: list[tuple[float, list[float], float, float, int]] = []
+
+    def spy(per: float, demands: list[float], target: float, **kw: float) -> tuple[int, dict[int, float]]:
+        got = attainment.fewest_replicas(per, demands, target, **kw)  # type: ignore[arg-type]
+        calls.append((per, list(demands), target, kw.get("batch", math.nan), got[0]))
+        return got
+
+    monkeypatch.setattr(predictive, "fewest_replicas", spy)
+    floors = {}
     for target in (0.9, 0.99):
-        _, diag = run(shared_data, target, decode_staffing=True)
+        calls.clear()
+        floor, diag = run(shared_data, target, decode_staffing=True)
         batch = diag["decode.predictive.batch_at_target"]
         assert 300.0 < batch < 600.0
-        assert diag["decode.predictive.pooled_headroom"] == pytest.approx(
-            decode_spare(diag["decode.predictive.target_attainment"], batch)
-        )
-    _, loose = run(shared_data, 0.9, decode_staffing=True)
-    _, tight = run(shared_data, 0.99, decode_staffing=True)
-    assert loose["decode.predictive.pooled_headroom"] < tight["decode.predictive.pooled_headroom"] < 0.25
-    # off (the default), the fixed margin whatever the target
+        sized = [c for c in calls if math.isfinite(c[3])]
+        assert sized and all(c[3] == batch for c in sized[-5:])  # the last decision's horizon
+        n = floor["decode"]
+        binding = [c for c in sized[-5:] if c[4] == n]  # the horizon step the floor is sized at
+        assert binding and all(c[4] <= n for c in sized[-5:])
+        per, demands, tgt, _, _ = binding[0]
+        assert attainment.running_attainment(n, per, demands, batch) >= tgt
+        assert n == 1 or attainment.running_attainment(n - 1, per, demands, batch) < tgt
+        floors[target] = n
+    assert floors[0.9] <= floors[0.99]
+    calls.clear()
     _, fixed = run(shared_data, 0.99)
     assert fixed["decode.predictive.pooled_headroom"] == pytest.approx(0.25)
     assert fixed["decode.predictive.batch_at_target"] == 0.0
+    assert calls and not any(math.isfinite(c[3]) for c in calls)

@@ -5,6 +5,10 @@ DemandForecast` gives them per step ahead): with capacity C tokens/s and scenari
 share of the demand served within target is sum(min(D_i, C)) / sum(D_i) (demand beyond capacity
 waits past its target). The predictive floor picks the fewest replicas whose predicted share reaches
 the target attainment.
+
+Decode can be sized by its running requests instead (:func:`running_attainment`): there, an
+overflow is not the excess's loss alone, since a batch beyond the ITL target's makes every running
+request late.
 """
 
 from __future__ import annotations
@@ -25,6 +29,35 @@ def predicted_attainment(capacity: float, demands: Sequence[float]) -> float:
     return sum(min(max(d, 0.0), cap) for d in demands) / total
 
 
+def running_within(replicas: int, load: float, batch: float, variability: float = 1.0) -> float:
+    """Probability that ``replicas`` decode engines of ``batch`` requests each at the ITL target hold
+    the requests running under a load of ``load`` engines' worth (normal approximation of a count of
+    mean ``load x batch`` and variance ``variability`` times it: the running requests of a fleet fed
+    by Poisson arrivals are a Poisson count whatever their lengths)."""
+    if load <= 0.0:
+        return 1.0
+    if replicas <= 0:
+        return 0.0
+    x = (replicas - load) * math.sqrt(batch / (max(variability, 1e-12) * load))
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def running_attainment(
+    replicas: int, per_replica: float, demands: Sequence[float], batch: float, variability: float = 1.0
+) -> float:
+    """Share of the demand served within target by ``replicas`` decode engines over the demand
+    scenarios when an overflow of the running requests makes every one of them late (the whole
+    batch's ITL rises, not only the excess's): each scenario counts by its demand times the
+    probability :func:`running_within` that the engines hold its running requests."""
+    total = sum(max(d, 0.0) for d in demands)
+    if total <= 0.0:
+        return 1.0
+    return (
+        sum(d * running_within(replicas, d / per_replica, batch, variability) for d in demands if d > 0.0)
+        / total
+    )
+
+
 def pooled_capacity(k: int, headroom: float) -> float:
     """Replicas' worth of capacity ``k`` replicas offer when the fleet keeps ``headroom x sqrt(k)``
     spare (0 for no replica)."""
@@ -39,6 +72,8 @@ def fewest_replicas(
     minimum: int = 0,
     maximum: int = 1024,
     pooled_headroom: float = 0.0,
+    batch: float = math.nan,
+    variability: float = 1.0,
 ) -> tuple[int, dict[int, float]]:
     """Fewest replicas (in [minimum, maximum]) whose predicted attainment reaches ``target``, and the
     predicted attainment of the candidates around it (for the decision's diagnostics).
@@ -46,11 +81,19 @@ def fewest_replicas(
     ``pooled_headroom`` h: ``k`` replicas behind a load-balancing router serve
     ``per_replica x (k - h sqrt(k))`` (square-root staffing: the spare capacity that absorbs the
     fluctuation of the running load grows with the square root of the fleet, not with the fleet; one
-    replica keeps the share h spare, nine keep h / 3 each)."""
+    replica keeps the share h spare, nine keep h / 3 each).
+
+    ``batch`` (decode, when known): the attainment is :func:`running_attainment` over engines of
+    ``batch`` requests at the ITL target instead (the running requests' fluctuation is in the model;
+    ``pooled_headroom`` is not used)."""
     if per_replica <= 0 or not math.isfinite(per_replica):
         return maximum, {}
 
+    running = math.isfinite(batch) and batch > 0.0
+
     def att(k: int) -> float:
+        if running:
+            return running_attainment(k, per_replica, demands, batch, variability)
         return predicted_attainment(per_replica * pooled_capacity(k, pooled_headroom), demands)
 
     n = minimum

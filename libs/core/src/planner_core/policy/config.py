@@ -130,14 +130,13 @@ class PolicyConfig:
     k keeps (1 - cap) x sqrt(k) engines spare in all instead of (1 - cap) x k (square-root staffing:
     the router spreads the running batch, the fluctuation to absorb grows with its square root)."""
     decode_staffing: bool = False
-    """Experimental, predictive floor: decode's spare from the target attainment (square-root
-    staffing on the running requests, :func:`planner_core.policy.queueing.decode_spare`: ``k``
-    engines keep ``z sqrt(decode_variability / B) sqrt(k)`` engines spare, ``B`` the batch one engine
-    runs at the ITL target, ``z`` the target's standard score), as prefill's utilisation cap comes
-    from its queueing tail. False: ``decode_max_utilisation`` as the spare whatever the target.
-    Measured on 20 scenarios (the policy manual): cheaper at 0.99 on most, but it sizes the overflow's
-    probability, and an overflow makes every running request late, on top of the forecast's spread:
-    at knobs of 0.8-0.9 decode collapses."""
+    """Experimental, predictive floor: decode sized by its running requests, no fixed spare. Each
+    demand scenario counts as served the probability that ``k`` engines of ``B`` requests each (the
+    batch one engine runs at the ITL target) hold its running requests (a Poisson count of variance
+    ``decode_variability`` times its mean), and an overflow makes every running request late
+    (:func:`planner_core.policy.attainment.running_attainment`): the knob is asked once for the
+    forecast's spread and the batch's fluctuation together. False: the forecast's spread at the
+    target with ``decode_max_utilisation``'s fixed spare. The policy manual has the figures."""
     decode_variability: Positive = 1.0
     """With ``decode_staffing``: the variance of the running decode requests over their mean (1: a
     Poisson count, what Poisson arrivals give whatever the requests' lengths; bursty arrivals raise

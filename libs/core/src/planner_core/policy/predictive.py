@@ -19,10 +19,11 @@ still reacts above it to what the engines report.
   gets a floor and consolidates on load. A fleet of ``k`` engines keeps ``h sqrt(k)`` engines
   spare (square-root staffing: the router spreads the running requests, so the fluctuation the
   spare absorbs grows with the square root of the load), ``h = 1 - decode_max_utilisation``
-  (``decode_pooled_headroom``); with ``decode_staffing`` (experimental) ``h`` comes from the target
-  attainment and the batch ``B`` one engine runs at the ITL target instead
-  (:func:`planner_core.policy.queueing.decode_spare`, ``z sqrt(decode_variability / B)``), as
-  prefill's cap comes from its queueing tail.
+  (``decode_pooled_headroom``). With ``decode_staffing`` (experimental) there is no fixed spare: the
+  floor asks the knob once for the forecast's spread and the running requests' fluctuation
+  together, each scenario counting as served the probability that ``k`` engines of ``B`` requests
+  (the batch one engine runs at the ITL target) hold its running requests, and an overflow making
+  all of them late (:func:`planner_core.policy.attainment.running_attainment`).
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ def predictive_floor(
         dec_cfg = _cold(cfg, dec)
         staffed = cfg.decode_staffing and math.isfinite(batch) and batch > 0
         if staffed:
+            # the running-count model sizes the floor; this spare (its tail at the target for the
+            # mean load) is what the fleet offers in the spread's calibration and the diagnostics
             per = engine_thpt
             pooled = decode_spare(dec_cfg.target_attainment, batch, cfg.decode_variability)
         elif cfg.decode_pooled_headroom:
@@ -148,7 +151,17 @@ def predictive_floor(
         }
         dec_scale = _scale(cals, DECODE)
         out[DECODE] = _over_horizon(
-            lambda j: _sized(dec.steps[j - 1], per, dec_cfg, dec_extra, pooled, scale=dec_scale), lead
+            lambda j: _sized(
+                dec.steps[j - 1],
+                per,
+                dec_cfg,
+                dec_extra,
+                pooled,
+                scale=dec_scale,
+                batch=batch if staffed else math.nan,
+                variability=cfg.decode_variability,
+            ),
+            lead,
         )
         capacity[DECODE] = _offered(per, pooled)
     for c, cd in ((PREFILL, pre), (DECODE, dec)):
@@ -367,6 +380,8 @@ def _sized(
     pooled_headroom: float = 0.0,
     *,
     scale: float = 1.0,
+    batch: float = math.nan,
+    variability: float = 1.0,
 ) -> ComponentResult:
     fc, demands = step.forecast, scaled(step, scale)
     if per_replica <= 0 or not math.isfinite(per_replica):
@@ -374,7 +389,7 @@ def _sized(
     hi = 1024 if cfg.max_replicas < 0 else cfg.max_replicas
     n, cands = fewest_replicas(
         per_replica, demands, cfg.target_attainment, minimum=cfg.min_replicas, maximum=hi,
-        pooled_headroom=pooled_headroom,
+        pooled_headroom=pooled_headroom, batch=batch, variability=variability,
     )  # fmt: skip
     if pooled_headroom > 0:
         # the need in replicas at the capacity per replica the chosen fleet runs at
