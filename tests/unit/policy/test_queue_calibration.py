@@ -19,7 +19,9 @@ from planner_core.policy.queue_calibration import (
     KAPPA,
     MAX_LOG_SCALE,
     QueueCalibration,
+    allowed_itl_miss,
     allowed_ttft_miss,
+    settle_decode,
     settle_queue,
 )
 from planner_proto.traffic import LatencyHistogram, TrafficSample
@@ -163,3 +165,84 @@ def test_misses_the_queue_model_was_not_asked_about_raise_nothing(load: float, w
     assert late.log_scale == base.log_scale and late.settled == base.settled + 1
     asked = settle_queue(base, timed(1), 0.5, None, target=0.99, memory=60, load=0.8)
     assert asked.log_scale > base.log_scale
+
+
+def itl_timed(i: int, n: float = 200.0) -> TrafficSample:
+    """Sample ``i`` with ``n`` requests' ITLs measured (the share in time is given to the settle)."""
+    h = hist([25.0, 50.0, 100.0], [n, n, n], n)
+    return TrafficSample(
+        namespace="t", start_s=INTERVAL * i, interval_s=INTERVAL, num_requests=n, itl_histogram=h
+    )
+
+
+def settle_dec(
+    cal: QueueCalibration, i: int, within: float | None, n: float = 200.0, **kw: float | bool
+) -> QueueCalibration:
+    return settle_decode(cal, itl_timed(i, n), within, target=0.99, memory=60, **kw)  # type: ignore[arg-type]
+
+
+def test_decode_aims_at_half_the_share_prefill_aims_at() -> None:
+    assert allowed_itl_miss(0.99) == pytest.approx(0.0075 / 2)
+    assert allowed_itl_miss(0.9) == pytest.approx(0.0975 / 2)
+    # prefill gets what decode leaves when decode misses its own share
+    assert allowed_ttft_miss(0.99, allowed_itl_miss(0.99)) == pytest.approx(allowed_itl_miss(0.99))
+
+
+def test_decode_variability_falls_in_time_rises_on_misses_and_leaves_prefill_alone() -> None:
+    cal = QueueCalibration()
+    for i in range(60):
+        cal = settle_dec(cal, i, 1.0)
+    assert cal.decode_settled == 60 and cal.decode_scale == pytest.approx(0.5, rel=1e-9)
+    assert cal.log_scale == 0.0 and cal.settled == 0  # prefill's scale is its own
+    base = replace(QueueCalibration(), decode_level=200.0, decode_settled=100)
+    allowed = allowed_itl_miss(0.99)
+    up = settle_dec(base, 1, 1.0 - 5 * allowed)
+    assert up.decode_log_scale == pytest.approx(KAPPA * 4 / 60)
+    assert settle_dec(base, 1, 0.0).decode_log_scale == pytest.approx(KAPPA * (CLIP - 1) / 60)
+    # a sample settles once; one without ITLs leaves the scale
+    assert settle_dec(up, 1, 0.0) == up
+    assert settle_dec(up, 2, None).decode_log_scale == up.decode_log_scale
+
+
+@pytest.mark.parametrize(("load", "warming"), [(1.5, False), (0.8, True)])
+def test_decode_misses_its_model_was_not_asked_about_raise_nothing(load: float, warming: bool) -> None:
+    base = replace(QueueCalibration(), decode_level=200.0, decode_settled=100)
+    late = settle_dec(base, 1, 0.5, load=load, warming=warming)
+    assert late.decode_log_scale == base.decode_log_scale
+    trough = settle_dec(base, 1, 1.0, load=0.25)
+    assert trough.decode_log_scale == pytest.approx(-KAPPA / 60 / 4)
+
+
+def test_inside_decide_decode_staffing_calibrates_its_variability_on_the_itls(shared_data: Path) -> None:
+    """With ``decode_staffing``, steady traffic whose ITLs are all in time lowers decode's running
+    variability (a floor no larger than the uncalibrated one); a fifth of them late raises it, and
+    the floor with it. Without the option, decode's scale is never touched."""
+    if not (shared_data / "dynamo").is_dir():
+        pytest.skip("profile data (dynamo/) not found under the shared data folder")
+
+    def run(staffing: bool, calibrate: bool, late_from: int) -> list[tuple[int, float]]:
+        cfg = replace(
+            PolicyConfig(), policy=PolicyKind.COMBINED, max_gpu_budget=-1, calibrate_queue=calibrate,
+            decode_staffing=staffing,
+        )  # fmt: skip
+        samples = []
+        for i in range(160):
+            s = steady(i, 1.0)
+            late = 0.2 if i >= late_from else 0.0
+            n = s.num_requests
+            h = LatencyHistogram(bounds_ms=[25.0, 50.0, 100.0], counts=[n * (1 - late)] * 2 + [n], total=n)
+            samples.append(msgspec.structs.replace(s, itl_histogram=h))
+        return [
+            (st.predictive.floor["decode"], st.predictive.queue.decode_scale)
+            for st in drive(shared_data, cfg, samples)
+        ]
+
+    off = run(False, True, late_from=10_000)
+    assert all(scale == 1.0 for _, scale in off)
+    plain = run(True, False, late_from=10_000)
+    cooled = run(True, True, late_from=120)
+    assert all(scale == 1.0 for _, scale in plain)
+    assert cooled[119][1] < 0.95
+    assert cooled[119][0] <= plain[119][0]
+    assert cooled[-1][1] > cooled[119][1] * 1.5
+    assert cooled[-1][0] > cooled[119][0] and cooled[-1][0] > plain[-1][0]

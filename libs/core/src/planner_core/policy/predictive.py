@@ -47,7 +47,7 @@ from planner_core.policy.calibration import (
     share_within,
 )
 from planner_core.policy.config import PolicyConfig
-from planner_core.policy.queue_calibration import QueueCalibration, settle_queue
+from planner_core.policy.queue_calibration import QueueCalibration, settle_decode, settle_queue
 from planner_core.policy.queueing import decode_spare, max_prefill_utilisation
 from planner_core.policy.types import (
     DECODE,
@@ -132,14 +132,18 @@ def predictive_floor(
             inputs.snapshots.get(DECODE), inputs.estimator, isl, osl, itl_target
         )
         engine_thpt = batch / (itl_ms / 1000.0) if batch > 0 else None
+    dec_variability = cfg.decode_variability
     if engine_thpt is not None and dec is not None:
         dec_cfg = _cold(cfg, dec)
         staffed = cfg.decode_staffing and math.isfinite(batch) and batch > 0
+        if staffed and cfg.calibrate_queue:
+            queue = _decode_settled(inputs, queue, cfg, engine_thpt, osl, warming=not _measured(dec))
+            dec_variability = cfg.decode_variability * queue.decode_scale
         if staffed:
             # the running-count model sizes the floor; this spare (its tail at the target for the
             # mean load) is what the fleet offers in the spread's calibration and the diagnostics
             per = engine_thpt
-            pooled = decode_spare(dec_cfg.target_attainment, batch, cfg.decode_variability)
+            pooled = decode_spare(dec_cfg.target_attainment, batch, dec_variability)
         elif cfg.decode_pooled_headroom:
             per, pooled = engine_thpt, 1.0 - cfg.decode_max_utilisation
         else:
@@ -149,6 +153,8 @@ def predictive_floor(
             "learned_rate": float(inputs.capacity is None),
             "batch_at_target": batch if staffed else 0.0,
         }
+        if staffed:
+            dec_extra["running_variability"] = dec_variability
         dec_scale = _scale(cals, DECODE)
         out[DECODE] = _over_horizon(
             lambda j: _sized(
@@ -159,7 +165,7 @@ def predictive_floor(
                 pooled,
                 scale=dec_scale,
                 batch=batch if staffed else math.nan,
-                variability=cfg.decode_variability,
+                variability=dec_variability,
             ),
             lead,
         )
@@ -229,6 +235,30 @@ def _queue_settled(
     itl = share_within(sample.itl_histogram, cfg.itl_target_ms) if sample.itl_histogram else None
     return settle_queue(
         cal, sample, ttft, itl, cfg.target_attainment, cfg.queue_memory_samples, warming=warming, load=load
+    )
+
+
+def _decode_settled(
+    inputs: DecisionInputs,
+    cal: QueueCalibration,
+    cfg: PolicyConfig,
+    engine_thpt: float,
+    osl: float,
+    *,
+    warming: bool,
+) -> QueueCalibration:
+    """Decode's running-count calibration with the latest traffic sample settled in, with the share
+    of the ready decode engines' throughput at the ITL target its output tokens took."""
+    sample = inputs.traffic
+    if sample is None or sample.itl_histogram is None:
+        return cal
+    r = inputs.replicas.get(DECODE)
+    rate = engine_thpt * (r.ready if r is not None else 0)
+    tokens = demand_of(sample, sample.mean_osl_tokens or osl)
+    load = tokens / rate if tokens is not None and rate > 0 else 1.0
+    itl = share_within(sample.itl_histogram, cfg.itl_target_ms)
+    return settle_decode(
+        cal, sample, itl, cfg.target_attainment, cfg.queue_memory_samples, warming=warming, load=load
     )
 
 

@@ -75,22 +75,60 @@ class QueueCalibration:
     """Start of the latest traffic sample settled."""
     settled: int = 0
     """Samples settled with TTFTs so far."""
+    decode_log_scale: float = 0.0
+    """Decode's: the running-count model's variability is ``decode_variability x exp(this)``
+    (:func:`settle_decode`, with ``decode_staffing``)."""
+    decode_level: float | None = None
+    """Moving average of the settled samples' ITL-measured requests."""
+    decode_settled_s: float | None = None
+    decode_settled: int = 0
 
     @property
     def scale(self) -> float:
         """What the floor multiplies ``arrival_variability`` by."""
         return math.exp(self.log_scale)
 
+    @property
+    def decode_scale(self) -> float:
+        """What the floor multiplies ``decode_variability`` by."""
+        return math.exp(self.decode_log_scale)
+
     def is_new(self, sample: TrafficSample) -> bool:
         """Whether ``sample`` comes after the latest one settled (each sample settles once)."""
         return self.settled_s is None or sample.start_s > self.settled_s
 
 
+def _aim(target: float) -> float:
+    """The share of requests that may miss: the target's misses less :data:`BAND_MIDDLE`, at least
+    half of them."""
+    return max((1.0 - target) - BAND_MIDDLE, (1.0 - target) / 2.0)
+
+
 def allowed_ttft_miss(target: float, itl_miss: float) -> float:
     """The share of TTFTs that may miss: ``aim`` (the target's misses less :data:`BAND_MIDDLE`, at
     least half of them) less what decode already misses, at least a quarter of ``aim``."""
-    aim = max((1.0 - target) - BAND_MIDDLE, (1.0 - target) / 2.0)
+    aim = _aim(target)
     return max(aim - max(itl_miss, 0.0), aim / 4.0)
+
+
+def allowed_itl_miss(target: float) -> float:
+    """The share of requests whose ITL may miss when decode is calibrated too: half the ``aim``
+    (prefill's share is what decode leaves of it, :func:`allowed_ttft_miss`)."""
+    return _aim(target) / 2.0
+
+
+def _moved(
+    log_scale: float, within: float, allowed: float, weight: float, memory: int, *, warming: bool, load: float
+) -> float:
+    """``log_scale`` after one sample with the share ``within`` in time, of ``weight`` average
+    samples' requests, against the ``allowed`` share of misses (the rules of the module's docstring)."""
+    missed = min(1.0 - min(max(within, 0.0), 1.0), CLIP * allowed)
+    step = KAPPA * (missed - allowed) * weight / (memory * allowed)
+    if step < 0.0:
+        step *= min(max(load, 0.0), 1.0) if math.isfinite(load) else 1.0
+    elif warming or load > 1.0:
+        step = 0.0
+    return min(max(log_scale + step, -MAX_LOG_SCALE), MAX_LOG_SCALE)
 
 
 def settle_queue(
@@ -129,10 +167,45 @@ def settle_queue(
     level = n if cal.level is None else cal.level + a * (n - cal.level)
     cal = replace(cal, level=level, settled=cal.settled + 1)
     allowed = allowed_ttft_miss(target, cal.itl_miss)
-    missed = min(1.0 - min(max(ttft_within, 0.0), 1.0), CLIP * allowed)
-    step = KAPPA * (missed - allowed) * (n / level) / (memory * allowed)
-    if step < 0.0:
-        step *= min(max(load, 0.0), 1.0) if math.isfinite(load) else 1.0
-    elif warming or load > 1.0:
-        step = 0.0
-    return replace(cal, log_scale=min(max(cal.log_scale + step, -MAX_LOG_SCALE), MAX_LOG_SCALE))
+    moved = _moved(cal.log_scale, ttft_within, allowed, n / level, memory, warming=warming, load=load)
+    return replace(cal, log_scale=moved)
+
+
+def settle_decode(
+    cal: QueueCalibration,
+    sample: TrafficSample,
+    itl_within: float | None,
+    target: float,
+    memory: int,
+    *,
+    warming: bool = False,
+    load: float = 1.0,
+) -> QueueCalibration:
+    """Settle one traffic sample into decode's running-count variability, as :func:`settle_queue`
+    does prefill's, on the share ``itl_within`` of its requests within the ITL target, against
+    :func:`allowed_itl_miss`. ``load``: the share of the ready decode engines' throughput at the ITL
+    target the sample's output tokens took (a sample in time lowers the variability in that
+    proportion; misses beyond it raise nothing); ``warming``: decode's forecast errors are not
+    measured yet."""
+    if cal.decode_settled_s is not None and sample.start_s <= cal.decode_settled_s:
+        return cal
+    cal = replace(cal, decode_settled_s=sample.start_s)
+    h = sample.itl_histogram
+    n = h.total if h is not None else 0.0
+    if itl_within is None or not (math.isfinite(itl_within) and math.isfinite(n)) or n <= 0:
+        return cal
+    if not 0.0 < target < 1.0 or memory < 1:
+        return cal
+    a = max(1.0 / memory, 1.0 / (cal.decode_settled + 1))
+    level = n if cal.decode_level is None else cal.decode_level + a * (n - cal.decode_level)
+    cal = replace(cal, decode_level=level, decode_settled=cal.decode_settled + 1)
+    moved = _moved(
+        cal.decode_log_scale,
+        itl_within,
+        allowed_itl_miss(target),
+        n / level,
+        memory,
+        warming=warming,
+        load=load,
+    )
+    return replace(cal, decode_log_scale=moved)
