@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         policies=(args.policy,),
         ttft_target_ms=sc.ttft_ms,
         itl_target_ms=sc.itl_ms,
+        ttft_ms_per_1k_isl=sc.ttft_ms_per_1k_isl,
         peak_gpus=sc.peak_gpus,
         duration_s=sc.duration_s,
         warmup_s=args.warmup_s,
