@@ -140,7 +140,8 @@ class PolicyConfig:
     decode_variability: Positive = 1.0
     """With ``decode_staffing``: the variance of the running decode requests over their mean (1: a
     Poisson count, what Poisson arrivals give whatever the requests' lengths; bursty arrivals raise
-    it, each request's ITL averaged over its life lowers the misses it causes)."""
+    it, each request's ITL averaged over its life lowers the misses it causes). With
+    ``calibrate_queue``, the starting point of its calibration on the requests' own ITL."""
     predictive: bool = True
     """Combined policy: the floor is the predictive one (demand of the startup horizon at the target
     attainment, re-sized on every demand forecast); False: the throughput mode's floor, as in the

@@ -40,6 +40,12 @@ What the queue model was not asked about does not move it:
 Where none of these applies (steady load at the cap), the long-run share of TTFT misses converges to
 ``a`` (the sum of the updates is bounded).
 
+Decode, when sized by its running requests (``decode_staffing``), keeps a log-scale of its own on
+``decode_variability`` (:func:`settle_decode`), adapted by the same rules on the share of requests
+whose ITL missed its target, against half the aim (:func:`allowed_itl_miss`); prefill's allowed
+share is then what decode leaves of the aim. The load that gates it is the share of the ready
+decode engines' throughput at the ITL target the sample's output tokens took.
+
 Pure: the samples come in with the decision inputs.
 """
 
