@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 _FIXED = frozenset({"policy", "predictive", "reference_compat", "demand_interval_s", "throughput_interval_s"})
 
 
-def _parse_overrides(items: list[str]) -> dict[str, Any]:
+def parse_overrides(items: list[str]) -> dict[str, Any]:
     known = {f.name: f for f in fields(PolicyConfig)}
     defaults = PolicyConfig()
     out: dict[str, Any] = {}
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.data / "dynamo").is_dir():
         print(f"{args.data / 'dynamo'}: not a directory (the shared data is needed)", file=sys.stderr)
         return 2
-    overrides = _parse_overrides(args.set)
+    overrides = parse_overrides(args.set)
     sc = scenario(args.scenario)
     cfg = BenchConfig(
         traces=(sc.source,),
