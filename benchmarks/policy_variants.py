@@ -128,10 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.table:
         try:
-            print(table(args.table, args.files))
+            text = table(args.table, args.files)
         except (OSError, ValueError, KeyError) as e:
             print(f"--table: cannot read the runs: {e}", file=sys.stderr)
             return 2
+        print(text)
         return 0
     if not (args.data / "dynamo").is_dir():
         print(f"{args.data / 'dynamo'}: not a directory (the shared data is needed)", file=sys.stderr)
