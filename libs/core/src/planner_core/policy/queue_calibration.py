@@ -87,7 +87,9 @@ class QueueCalibration:
     decode_level: float | None = None
     """Moving average of the settled samples' ITL-measured requests."""
     decode_settled_s: float | None = None
+    """Start of the latest traffic sample settled into decode's scale."""
     decode_settled: int = 0
+    """Samples settled with ITLs so far."""
 
     @property
     def scale(self) -> float:
