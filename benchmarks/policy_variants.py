@@ -25,7 +25,14 @@ from typing import Any
 from policy_windows import parse_overrides
 
 from planner_core.policy import validate_config
-from planner_sim.bench import BenchConfig, cluster_settings, policy_controller, prepare_trace, simulate_prep
+from planner_sim.bench import (
+    BenchConfig,
+    cluster_settings,
+    for_scenario,
+    policy_controller,
+    prepare_trace,
+    simulate_prep,
+)
 from planner_sim.records import summarize
 from planner_sim.scenarios import scenario
 
@@ -39,15 +46,8 @@ def run(task: Task) -> dict[str, Any]:
     """One simulation: ``(scenario, knob, variant name, its settings, data dir)``."""
     name, knob, variant, sets, data = task
     sc = scenario(name)
-    cfg = BenchConfig(
-        traces=(sc.source,),
-        profile_dir=str(Path(data) / "dynamo"),
-        policies=("combined",),
-        ttft_target_ms=sc.ttft_ms,
-        itl_target_ms=sc.itl_ms,
-        ttft_ms_per_1k_isl=sc.ttft_ms_per_1k_isl,
-        peak_gpus=sc.peak_gpus,
-        duration_s=sc.duration_s,
+    cfg = for_scenario(
+        BenchConfig(traces=(), profile_dir=str(Path(data) / "dynamo"), policies=("combined",)), sc
     )
     prep = prepare_trace(cfg, sc.source)
     settings = cluster_settings(cfg)

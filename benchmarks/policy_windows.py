@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from planner_core.policy import PolicyConfig, validate_config
-from planner_sim.bench import BenchConfig, cluster_settings, policy_controller, prepare_trace, simulate_prep
+from planner_sim.bench import (
+    BenchConfig,
+    cluster_settings,
+    for_scenario,
+    policy_controller,
+    prepare_trace,
+    simulate_prep,
+)
 from planner_sim.records import summarize
 from planner_sim.scenarios import scenario
 
@@ -72,17 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     overrides = parse_overrides(args.set)
     sc = scenario(args.scenario)
-    cfg = BenchConfig(
-        traces=(sc.source,),
-        profile_dir=str(args.data / "dynamo"),
-        policies=(args.policy,),
-        ttft_target_ms=sc.ttft_ms,
-        itl_target_ms=sc.itl_ms,
-        ttft_ms_per_1k_isl=sc.ttft_ms_per_1k_isl,
-        peak_gpus=sc.peak_gpus,
-        duration_s=sc.duration_s,
-        warmup_s=args.warmup_s,
+    base = BenchConfig(
+        traces=(), profile_dir=str(args.data / "dynamo"), policies=(args.policy,), warmup_s=args.warmup_s
     )
+    cfg = for_scenario(base, sc)
     prep = prepare_trace(cfg, sc.source)
     settings = cluster_settings(cfg)
     ctrl = policy_controller(cfg, prep, settings, args.policy, args.knob)

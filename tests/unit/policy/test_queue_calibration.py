@@ -115,6 +115,19 @@ def test_long_run_ttft_misses_land_at_the_allowed_share(target: float) -> None:
     assert cal.scale > 1.0  # the default variability was too low for this traffic
 
 
+def late_steady(samples: int, late_from: int, field: str, bounds_ms: list[float]) -> list[TrafficSample]:
+    """Steady traffic whose latency histogram ``field`` puts every request within its middle bound
+    (the target) until sample ``late_from``, a fifth of them past it from there."""
+    out = []
+    for i in range(samples):
+        s = steady(i, 1.0)
+        late = 0.2 if i >= late_from else 0.0
+        n = s.num_requests
+        h = LatencyHistogram(bounds_ms=bounds_ms, counts=[n * (1 - late)] * 2 + [n], total=n)
+        out.append(msgspec.structs.replace(s, **{field: h}))
+    return out
+
+
 def test_inside_decide_first_tokens_in_time_run_prefill_hotter_and_misses_cool_it(shared_data: Path) -> None:
     if not (shared_data / "dynamo").is_dir():
         pytest.skip("profile data (dynamo/) not found under the shared data folder")
@@ -123,13 +136,7 @@ def test_inside_decide_first_tokens_in_time_run_prefill_hotter_and_misses_cool_i
         cfg = replace(
             PolicyConfig(), policy=PolicyKind.COMBINED, max_gpu_budget=-1, calibrate_queue=calibrate
         )
-        samples = []
-        for i in range(120):
-            s = steady(i, 1.0)
-            late = 0.2 if i >= late_from else 0.0
-            n = s.num_requests
-            h = LatencyHistogram(bounds_ms=[250.0, 500.0, 1000.0], counts=[n * (1 - late)] * 2 + [n], total=n)
-            samples.append(msgspec.structs.replace(s, ttft_histogram=h))
+        samples = late_steady(120, late_from, "ttft_histogram", [250.0, 500.0, 1000.0])
         return [
             (st.predictive.floor["prefill"], st.predictive.queue.scale)
             for st in drive(shared_data, cfg, samples)
@@ -225,13 +232,7 @@ def test_inside_decide_decode_staffing_calibrates_its_variability_on_the_itls(sh
             PolicyConfig(), policy=PolicyKind.COMBINED, max_gpu_budget=-1, calibrate_queue=calibrate,
             decode_staffing=staffing,
         )  # fmt: skip
-        samples = []
-        for i in range(160):
-            s = steady(i, 1.0)
-            late = 0.2 if i >= late_from else 0.0
-            n = s.num_requests
-            h = LatencyHistogram(bounds_ms=[25.0, 50.0, 100.0], counts=[n * (1 - late)] * 2 + [n], total=n)
-            samples.append(msgspec.structs.replace(s, itl_histogram=h))
+        samples = late_steady(160, late_from, "itl_histogram", [25.0, 50.0, 100.0])
         return [
             (st.predictive.floor["decode"], st.predictive.queue.decode_scale)
             for st in drive(shared_data, cfg, samples)

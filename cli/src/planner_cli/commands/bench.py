@@ -108,7 +108,7 @@ def _configs(args: argparse.Namespace, policies: list[str]) -> list[tuple[str | 
     """(scenario name or None, config) per bench run."""
     from dataclasses import replace
 
-    from planner_sim.bench import BenchConfig
+    from planner_sim.bench import BenchConfig, for_scenario
     from planner_sim.scenarios import STARTUP_SWEEP_S, scenario
 
     base = BenchConfig(
@@ -138,11 +138,7 @@ def _configs(args: argparse.Namespace, policies: list[str]) -> list[tuple[str | 
                 (
                     name,
                     replace(
-                        base,
-                        traces=(sc.source,),
-                        ttft_target_ms=sc.ttft_ms,
-                        itl_target_ms=sc.itl_ms,
-                        peak_gpus=sc.peak_gpus,
+                        for_scenario(base, sc),
                         ttft_ms_per_1k_isl=sc.ttft_ms_per_1k_isl or args.ttft_ms_per_1k_isl,
                         duration_s=args.duration_s if args.duration_s is not None else sc.duration_s,
                     ),

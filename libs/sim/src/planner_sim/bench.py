@@ -32,6 +32,7 @@ from planner_sim.frontier import KNOBS, family, frontier_policies
 from planner_sim.oracle import OracleResult, oracle
 from planner_sim.policies import PolicyContext, check_policy_name, make_controller
 from planner_sim.records import LatencySummary, summarize
+from planner_sim.scenarios import Scenario
 from planner_sim.simulator import Controller, SimResult, simulate
 from planner_sim.traces import TraceRequest, jitter_arrivals, read_trace, scale_trace
 from planner_sim.workers import ClusterSettings
@@ -97,6 +98,20 @@ class BenchConfig:
         return SlaTargets(
             ttft_ms=self.ttft_target_ms, itl_ms=self.itl_target_ms, ttft_ms_per_1k_isl=self.ttft_ms_per_1k_isl
         )
+
+
+def for_scenario(cfg: BenchConfig, sc: Scenario) -> BenchConfig:
+    """``cfg`` replaying the named scenario: its trace, targets (the ISL-scaled TTFT included), peak
+    fleet and duration."""
+    return dataclasses.replace(
+        cfg,
+        traces=(sc.source,),
+        ttft_target_ms=sc.ttft_ms,
+        itl_target_ms=sc.itl_ms,
+        ttft_ms_per_1k_isl=sc.ttft_ms_per_1k_isl,
+        peak_gpus=sc.peak_gpus,
+        duration_s=sc.duration_s,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

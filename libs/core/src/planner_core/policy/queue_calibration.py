@@ -125,18 +125,35 @@ def allowed_itl_miss(target: float) -> float:
     return _aim(target) / 2.0
 
 
-def _moved(
-    log_scale: float, within: float, allowed: float, weight: float, memory: int, *, warming: bool, load: float
-) -> float:
-    """``log_scale`` after one sample with the share ``within`` in time, of ``weight`` average
-    samples' requests, against the ``allowed`` share of misses (the rules of the module's docstring)."""
+def _scaled(
+    log_scale: float,
+    level: float | None,
+    settled: int,
+    within: float | None,
+    n: float,
+    allowed: float,
+    target: float,
+    memory: int,
+    *,
+    warming: bool,
+    load: float,
+) -> tuple[float, float, int] | None:
+    """A log-scale's ``(log_scale, level, settled)`` after one sample of ``n`` measured requests with
+    the share ``within`` in time, against the ``allowed`` share of misses (the rules of the module's
+    docstring); None when the sample says nothing (no requests measured, a bad share or setting)."""
+    if within is None or not (math.isfinite(within) and math.isfinite(n)) or n <= 0:
+        return None
+    if not 0.0 < target < 1.0 or memory < 1:
+        return None
+    a = max(1.0 / memory, 1.0 / (settled + 1))
+    level = n if level is None else level + a * (n - level)
     missed = min(1.0 - min(max(within, 0.0), 1.0), CLIP * allowed)
-    step = KAPPA * (missed - allowed) * weight / (memory * allowed)
+    step = KAPPA * (missed - allowed) * (n / level) / (memory * allowed)
     if step < 0.0:
         step *= min(max(load, 0.0), 1.0) if math.isfinite(load) else 1.0
     elif warming or load > 1.0:
         step = 0.0
-    return min(max(log_scale + step, -MAX_LOG_SCALE), MAX_LOG_SCALE)
+    return min(max(log_scale + step, -MAX_LOG_SCALE), MAX_LOG_SCALE), level, settled + 1
 
 
 def settle_queue(
@@ -167,16 +184,15 @@ def settle_queue(
         miss = 1.0 - min(max(itl_within, 0.0), 1.0)
         cal = replace(cal, itl_miss=cal.itl_miss + a * (miss - cal.itl_miss))
     h = sample.ttft_histogram
-    n = h.total if h is not None else 0.0
-    if ttft_within is None or not (math.isfinite(ttft_within) and math.isfinite(n)) or n <= 0:
-        return cal
-    if not 0.0 < target < 1.0 or memory < 1:
-        return cal
-    level = n if cal.level is None else cal.level + a * (n - cal.level)
-    cal = replace(cal, level=level, settled=cal.settled + 1)
     allowed = allowed_ttft_miss(target, cal.itl_miss)
-    moved = _moved(cal.log_scale, ttft_within, allowed, n / level, memory, warming=warming, load=load)
-    return replace(cal, log_scale=moved)
+    got = _scaled(
+        cal.log_scale, cal.level, cal.settled, ttft_within, h.total if h is not None else 0.0, allowed,
+        target, memory, warming=warming, load=load,
+    )  # fmt: skip
+    if got is None:
+        return cal
+    log_scale, level, settled = got
+    return replace(cal, log_scale=log_scale, level=level, settled=settled)
 
 
 def settle_decode(
@@ -199,21 +215,12 @@ def settle_decode(
         return cal
     cal = replace(cal, decode_settled_s=sample.start_s)
     h = sample.itl_histogram
-    n = h.total if h is not None else 0.0
-    if itl_within is None or not (math.isfinite(itl_within) and math.isfinite(n)) or n <= 0:
+    got = _scaled(
+        cal.decode_log_scale, cal.decode_level, cal.decode_settled, itl_within,
+        h.total if h is not None else 0.0, allowed_itl_miss(target), target, memory,
+        warming=warming, load=load,
+    )  # fmt: skip
+    if got is None:
         return cal
-    if not 0.0 < target < 1.0 or memory < 1:
-        return cal
-    a = max(1.0 / memory, 1.0 / (cal.decode_settled + 1))
-    level = n if cal.decode_level is None else cal.decode_level + a * (n - cal.decode_level)
-    cal = replace(cal, decode_level=level, decode_settled=cal.decode_settled + 1)
-    moved = _moved(
-        cal.decode_log_scale,
-        itl_within,
-        allowed_itl_miss(target),
-        n / level,
-        memory,
-        warming=warming,
-        load=load,
-    )
-    return replace(cal, decode_log_scale=moved)
+    log_scale, level, settled = got
+    return replace(cal, decode_log_scale=log_scale, decode_level=level, decode_settled=settled)
