@@ -2,7 +2,7 @@
 each, as JSON lines; then a markdown table of a variant against the default.
 
 A variant is ``NAME:FIELD=VALUE[;FIELD=VALUE...]`` over :class:`~planner_core.policy.PolicyConfig`
-(bools as 0/1); ``default`` is always run. Each run is the bench's (``planner bench``): the scenario's
+(bools as 0/1); ``default`` is run too unless ``--no-default`` (its runs in an earlier file). Each run is the bench's (``planner bench``): the scenario's
 targets, the clairvoyant's starting fleet, the knob as ``--frontier`` sets it.
 
     uv run python benchmarks/policy_variants.py --scenario flat --scenario sinusoid --knob 0.8 --knob 0.99 \\
@@ -70,8 +70,8 @@ def run(task: Task) -> dict[str, Any]:
     }
 
 
-def _variants(items: list[str]) -> list[tuple[str, tuple[str, ...]]]:
-    out: list[tuple[str, tuple[str, ...]]] = [(DEFAULT, ())]
+def _variants(items: list[str], *, default: bool = True) -> list[tuple[str, tuple[str, ...]]]:
+    out: list[tuple[str, tuple[str, ...]]] = [(DEFAULT, ())] if default else []
     for item in items:
         name, sep, sets = item.partition(":")
         if not sep or not name or name == DEFAULT:
@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", action="append", default=[])
     ap.add_argument("--knob", action="append", type=float, default=[])
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:FIELD=VALUE[;...]")
+    ap.add_argument("--no-default", action="store_true", help="run the variants only")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--table", metavar="VARIANT", help="print the table of VARIANT from the JSON-lines FILES")
@@ -144,8 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         (s, k, name, sets, str(args.data))
         for s in args.scenario
         for k in args.knob
-        for name, sets in _variants(args.variant)
+        for name, sets in _variants(args.variant, default=not args.no_default)
     ]
+    if not tasks:
+        print("--no-default: give at least one --variant", file=sys.stderr)
+        return 2
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
         for r in pool.map(run, tasks):
             print(json.dumps(r), flush=True)

@@ -8,12 +8,16 @@ import math
 import pytest
 
 from planner_core.policy.attainment import (
+    QueueTail,
     fewest_replicas,
     pooled_capacity,
     predicted_attainment,
+    queued_attainment,
+    queued_within,
     running_attainment,
     running_within,
 )
+from planner_core.policy.queueing import max_prefill_utilisation
 
 
 @pytest.mark.parametrize(
@@ -116,3 +120,63 @@ def test_running_fleet_grows_with_the_target_and_the_variability() -> None:
     bursty, _ = fewest_replicas(100.0, demands, 0.99, batch=50.0, variability=4.0)  # 10 + 2.33 x 0.89
     big_batch, _ = fewest_replicas(100.0, demands, 0.99, batch=5000.0)  # 10 + 2.33 x 0.045
     assert (lo, hi, bursty, big_batch) == (11, 12, 13, 11)
+
+
+@pytest.mark.parametrize("rho", [0.1, 0.5, 0.8, 0.95])
+@pytest.mark.parametrize("wait_over_service", [0.5, 2.0, 8.0])
+def test_queued_within_is_the_mm1_wait_below_the_fleet(rho: float, wait_over_service: float) -> None:
+    """At Poisson variability (c^2 = 2) one engine's share in time is M/M/1's exactly: P(W <= w) =
+    1 - rho exp(-(1 - rho) w / s); k engines at the same utilisation each keep it."""
+    service = 200.0
+    tail = QueueTail(wait_ms=wait_over_service * service, service_ms=service, variability=2.0)
+    exact = 1.0 - rho * math.exp(-(1.0 - rho) * wait_over_service)
+    assert queued_within(1, rho, tail) == pytest.approx(exact)
+    assert queued_within(4, 4 * rho, tail) == pytest.approx(exact)
+
+
+def test_queued_within_edges() -> None:
+    tail = QueueTail(wait_ms=300.0, service_ms=200.0, variability=2.0)
+    assert queued_within(3, 0.0, tail) == 1.0  # no load
+    assert queued_within(0, 0.5, tail) == 0.0  # no engine
+    assert queued_within(3, 3.0, tail) == 0.0  # at the fleet: the backlog never drains
+    assert queued_within(3, 2.0, QueueTail(wait_ms=0.0, service_ms=200.0, variability=2.0)) == 0.0
+    # burstier traffic: fewer in time at the same load
+    assert queued_within(3, 2.0, QueueTail(300.0, 200.0, 8.0)) < queued_within(3, 2.0, tail)
+
+
+def test_a_backlog_makes_every_later_request_late() -> None:
+    """A scenario beyond the fleet counts as late whole, where the excess model counts its excess as
+    the only loss: at a low target the queued model covers the high scenario, the excess one (over
+    engines at the utilisation cap) leaves it short."""
+    tail = QueueTail(wait_ms=800.0, service_ms=200.0, variability=2.0)
+    demands = [10.0, 20.0]  # engines' worth at the back-to-back rate of 1 per engine
+    cap = max_prefill_utilisation(200.0, 1000.0, 0.8, 2.0)
+    assert queued_attainment(15, 1.0, demands, tail) < 10.0 / 30.0 + 1e-9  # 20 beyond 15: none in time
+    excess, _ = fewest_replicas(cap, demands, 0.8)
+    queued, cands = fewest_replicas(1.0, demands, 0.8, tail=tail)
+    assert excess * cap < 20.0 < queued
+    assert cands[queued] >= 0.8 > cands[queued - 1]
+
+
+@pytest.mark.parametrize("target", [0.8, 0.9, 0.99])
+@pytest.mark.parametrize("load", [0.7, 3.0, 11.5, 40.0])
+def test_one_scenario_sizes_as_the_utilisation_cap(target: float, load: float) -> None:
+    """Without a spread the queued model asks the queue's tail alone: the fewest engines whose
+    utilisation stays within the cap at the target. The excess model over engines at that cap asks
+    the target a second time: it lets the one scenario go short by the target's misses, a fleet
+    under the demand it expects (at 0.8, 80 % of it: a backlog that never drains)."""
+    tail = QueueTail(wait_ms=600.0, service_ms=300.0, variability=2.0)
+    cap = max_prefill_utilisation(300.0, 900.0, target, 2.0)
+    queued, _ = fewest_replicas(1.0, [load], target, tail=tail)
+    assert queued == math.ceil(load / cap - 1e-9)
+    assert fewest_replicas(cap, [load], target)[0] == math.ceil(target * load / cap - 1e-9)
+
+
+def test_queued_fleet_grows_with_the_target_and_the_variability() -> None:
+    demands = [6.0, 8.0, 10.0, 12.0]
+    calm, bursty = QueueTail(400.0, 200.0, 2.0), QueueTail(400.0, 200.0, 8.0)
+    fleets = [fewest_replicas(1.0, demands, t, tail=calm)[0] for t in (0.8, 0.9, 0.99, 0.999)]
+    assert fleets == sorted(fleets) and fleets[0] < fleets[-1]
+    assert fewest_replicas(1.0, demands, 0.99, tail=bursty)[0] > fleets[2]
+    # the highest scenario never beyond the fleet at a high target: its backlog alone costs 12/36
+    assert fleets[2] > 12

@@ -25,6 +25,7 @@ def run(
     start: int | None = None,
     cold_miss_share: float = 0.5,
     decode_staffing: bool = False,
+    prefill_staffing: bool = False,
 ) -> tuple[dict[str, int], dict[str, float]]:
     """``samples`` decisions on the wobbling traffic, the fleet at ``desired`` replicas per component
     (at ``start`` for the first decision, when given)."""
@@ -36,6 +37,7 @@ def run(
         max_gpu_budget=-1,
         cold_miss_share=cold_miss_share,
         decode_staffing=decode_staffing,
+        prefill_staffing=prefill_staffing,
     )
     st, demand = PolicyState(), predictor(cfg)
     reps = {c: ComponentReplicas(desired=desired, ready=desired) for c in ("prefill", "decode")}
@@ -210,3 +212,49 @@ def test_decode_staffing_sizes_the_running_requests_at_the_target(
     assert fixed["decode.predictive.pooled_headroom"] == pytest.approx(0.25)
     assert fixed["decode.predictive.batch_at_target"] == 0.0
     assert calls and not any(math.isfinite(c[3]) for c in calls)
+
+
+def test_prefill_staffing_sizes_the_queue_at_the_target(
+    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``prefill_staffing``, prefill's floor is the fewest engines whose queued attainment over
+    the forecast's scenarios (a scenario beyond the fleet late whole, the queue's tail below it)
+    reaches the target, over engines at their back-to-back rate; a looser target needs no more
+    engines, and no target lets the floor under the demand it forecasts. Off, the excess model over
+    engines at the utilisation cap (no tail passed)."""
+    from planner_core.policy import attainment, predictive
+
+    calls: list[tuple[float, list[float], float, attainment.QueueTail | None, int]] = []
+
+    def spy(per: float, demands: list[float], target: float, **kw: object) -> tuple[int, dict[int, float]]:
+        got = attainment.fewest_replicas(per, demands, target, **kw)  # type: ignore[arg-type]
+        tail = kw.get("tail")
+        calls.append(
+            (per, list(demands), target, tail if isinstance(tail, attainment.QueueTail) else None, got[0])
+        )
+        return got
+
+    monkeypatch.setattr(predictive, "fewest_replicas", spy)
+    floors, fixed = {}, {}
+    for target in (0.8, 0.9, 0.99):
+        calls.clear()
+        floor, diag = run(shared_data, target, prefill_staffing=True)
+        queued = [c for c in calls if c[3] is not None][-5:]  # the last decision's horizon
+        assert len(queued) == 5
+        n = floor["prefill"]
+        binding = [c for c in queued if c[4] == n]
+        assert binding and all(c[4] <= n for c in queued)
+        per, demands, tgt, tail, _ = binding[0]
+        assert tail is not None and tail.variability == diag["prefill.predictive.queue_variability"]
+        assert per == pytest.approx(diag["prefill.predictive.per_replica_tok_per_s"])
+        assert attainment.queued_attainment(n, per, demands, tail) >= tgt
+        assert attainment.queued_attainment(n - 1, per, demands, tail) < tgt
+        assert n * per > diag["prefill.predictive.forecast_tok_per_s"]
+        floors[target] = n
+        calls.clear()
+        fixed[target] = run(shared_data, target)[0]["prefill"]
+        assert calls and all(c[3] is None for c in calls)
+    assert floors[0.8] <= floors[0.9] <= floors[0.99]
+    # at a low target the backlog is counted (more engines than the excess model's), at a high one
+    # the target is asked once, not of the spread and the tail each (fewer)
+    assert floors[0.8] > fixed[0.8] and floors[0.99] < fixed[0.99]

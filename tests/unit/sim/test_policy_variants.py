@@ -62,9 +62,16 @@ def test_a_bad_variant_is_refused_before_any_run(bad: str) -> None:
         pv._variants([bad])
 
 
-def test_variants_always_start_with_the_default() -> None:
+def test_variants_start_with_the_default_unless_told() -> None:
     got = pv._variants(["s:decode_staffing=1;decode_variability=2"])
     assert got == [("default", ()), ("s", ("decode_staffing=1", "decode_variability=2"))]
+    assert pv._variants(["s:decode_staffing=1"], default=False) == [("s", ("decode_staffing=1",))]
+
+
+def test_no_default_and_no_variant_is_refused(shared_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--scenario", "flat", "--knob", "0.99", "--no-default", "--data", str(shared_data)]
+    assert pv.main(args) == 2
+    assert capsys.readouterr().err.strip() == "--no-default: give at least one --variant"
 
 
 def test_unreadable_runs_get_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,13 +8,28 @@ the target attainment.
 
 Decode can be sized by its running requests instead (:func:`running_attainment`): there, an
 overflow is not the excess's loss alone, since a batch beyond the ITL target's makes every running
-request late.
+request late. Prefill likewise by its queue (:func:`queued_attainment`): a scenario beyond the fleet
+builds a backlog every later request waits behind, and below it the requests wait in the queue's tail.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+from planner_core.policy.queueing import wait_tail_probability
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTail:
+    """One prefill engine's queue, for :func:`queued_within`: the wait a request may have (TTFT target
+    less its own prefill), the mean service time (one mean prompt's prefill) and the variability
+    ``c_a^2 + c_s^2`` of the tail (:func:`planner_core.policy.queueing.wait_tail_probability`)."""
+
+    wait_ms: float
+    service_ms: float
+    variability: float
 
 
 def predicted_attainment(capacity: float, demands: Sequence[float]) -> float:
@@ -58,6 +73,29 @@ def running_attainment(
     )
 
 
+def queued_within(replicas: int, load: float, tail: QueueTail) -> float:
+    """Share of the requests whose first token is in time when ``replicas`` prefill engines take a
+    load of ``load`` engines' worth (prompt tokens/s over one engine's back-to-back rate): below the
+    fleet, those whose wait stays within ``tail.wait_ms`` at utilisation ``load / replicas``; at or
+    beyond it none (the backlog grows through the sample and every later request waits behind it)."""
+    if load <= 0.0:
+        return 1.0
+    if replicas <= 0 or load >= replicas or tail.wait_ms <= 0.0:
+        return 0.0
+    return 1.0 - wait_tail_probability(load / replicas, tail.wait_ms, tail.service_ms, tail.variability)
+
+
+def queued_attainment(replicas: int, per_replica: float, demands: Sequence[float], tail: QueueTail) -> float:
+    """Share of the demand served within target by ``replicas`` prefill engines of ``per_replica``
+    prompt tokens/s each (back to back) over the demand scenarios: each scenario counts by its demand
+    times the share :func:`queued_within` of its requests in time. The forecast's spread and the
+    queue's tail are asked the target once, together."""
+    total = sum(max(d, 0.0) for d in demands)
+    if total <= 0.0:
+        return 1.0
+    return sum(d * queued_within(replicas, d / per_replica, tail) for d in demands if d > 0.0) / total
+
+
 def pooled_capacity(k: int, headroom: float) -> float:
     """Replicas' worth of capacity ``k`` replicas offer when the fleet keeps ``headroom x sqrt(k)``
     spare (0 for no replica)."""
@@ -74,6 +112,7 @@ def fewest_replicas(
     pooled_headroom: float = 0.0,
     batch: float = math.nan,
     variability: float = 1.0,
+    tail: QueueTail | None = None,
 ) -> tuple[int, dict[int, float]]:
     """Fewest replicas (in [minimum, maximum]) whose predicted attainment reaches ``target``, and the
     predicted attainment of the candidates around it (for the decision's diagnostics).
@@ -85,13 +124,18 @@ def fewest_replicas(
 
     ``batch`` (decode, when known): the attainment is :func:`running_attainment` over engines of
     ``batch`` requests at the ITL target instead (the running requests' fluctuation is in the model;
-    ``pooled_headroom`` is not used)."""
+    ``pooled_headroom`` is not used).
+
+    ``tail`` (prefill, when sized by its queue): the attainment is :func:`queued_attainment` with
+    ``per_replica`` one engine's back-to-back rate (``pooled_headroom`` is not used)."""
     if per_replica <= 0 or not math.isfinite(per_replica):
         return maximum, {}
 
     running = math.isfinite(batch) and batch > 0.0
 
     def att(k: int) -> float:
+        if tail is not None:
+            return queued_attainment(k, per_replica, demands, tail)
         if running:
             return running_attainment(k, per_replica, demands, batch, variability)
         return predicted_attainment(per_replica * pooled_capacity(k, pooled_headroom), demands)

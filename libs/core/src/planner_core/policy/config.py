@@ -137,6 +137,15 @@ class PolicyConfig:
     (:func:`planner_core.policy.attainment.running_attainment`): the knob is asked once for the
     forecast's spread and the batch's fluctuation together. False: the forecast's spread at the
     target with ``decode_max_utilisation``'s fixed spare. The policy manual has the figures."""
+    prefill_staffing: bool = False
+    """Experimental, predictive floor: prefill sized by its queue, no fixed utilisation cap. Each
+    demand scenario counts as served the share of its requests whose wait at the utilisation it
+    puts ``k`` engines at stays within the TTFT target (the queueing tail at the calibrated
+    ``arrival_variability``), and none when it is beyond the fleet (a backlog every later request
+    waits behind) (:func:`planner_core.policy.attainment.queued_attainment`): the knob is asked once
+    for the forecast's spread and the queue's tail together. False: the forecast's spread at the
+    target over engines capped at the utilisation whose tail keeps the target, a shortfall losing its
+    excess only."""
     decode_variability: Positive = 1.0
     """With ``decode_staffing``: the variance of the running decode requests over their mean (1: a
     Poisson count, what Poisson arrivals give whatever the requests' lengths; bursty arrivals raise

@@ -35,7 +35,7 @@ from dataclasses import replace
 import msgspec
 
 from planner_core.forecast.demand import lead_samples
-from planner_core.policy.attainment import fewest_replicas, pooled_capacity
+from planner_core.policy.attainment import QueueTail, fewest_replicas, pooled_capacity
 from planner_core.policy.calibration import (
     SpreadCalibration,
     coverage,
@@ -105,16 +105,25 @@ def predictive_floor(
         queue = _queue_settled(inputs, queue, cfg, service_ms, isl, warming=not _measured(pre))
         variability = prefill_variability(cfg, queue)
         util = max_prefill_utilisation(service_ms, cfg.ttft_target_ms, cfg.target_attainment, variability)
-        per = prefill_rate_per_replica(service_ms, isl) * util
+        rate = prefill_rate_per_replica(service_ms, isl)
+        per = rate * util
         pre_extra: Diagnostics = {
             "service_ms": service_ms,
             "utilisation_cap": util,
             "queue_variability": variability,
         }
+        # with prefill_staffing the queue's tail sizes the floor over engines at their full rate;
+        # the cap (the tail at the target for one load) is what the spread's calibration offers
+        tail = (
+            QueueTail(cfg.ttft_target_ms - service_ms, service_ms, variability)
+            if cfg.prefill_staffing
+            else None
+        )
+        sizing = rate if tail is not None and util > 0 else per
         pre_cfg = _cold(cfg, pre)
         pre_scale = _scale(cals, PREFILL)
         out[PREFILL] = _over_horizon(
-            lambda j: _sized(pre.steps[j - 1], per, pre_cfg, pre_extra, scale=pre_scale), lead
+            lambda j: _sized(pre.steps[j - 1], sizing, pre_cfg, pre_extra, scale=pre_scale, tail=tail), lead
         )
         capacity[PREFILL] = _offered(per, 0.0)
     engine_thpt: float | None = None
@@ -412,6 +421,7 @@ def _sized(
     scale: float = 1.0,
     batch: float = math.nan,
     variability: float = 1.0,
+    tail: QueueTail | None = None,
 ) -> ComponentResult:
     fc, demands = step.forecast, scaled(step, scale)
     if per_replica <= 0 or not math.isfinite(per_replica):
@@ -419,7 +429,7 @@ def _sized(
     hi = 1024 if cfg.max_replicas < 0 else cfg.max_replicas
     n, cands = fewest_replicas(
         per_replica, demands, cfg.target_attainment, minimum=cfg.min_replicas, maximum=hi,
-        pooled_headroom=pooled_headroom, batch=batch, variability=variability,
+        pooled_headroom=pooled_headroom, batch=batch, variability=variability, tail=tail,
     )  # fmt: skip
     if pooled_headroom > 0:
         # the need in replicas at the capacity per replica the chosen fleet runs at
