@@ -219,9 +219,10 @@ def test_prefill_staffing_sizes_the_queue_at_the_target(
 ) -> None:
     """With ``prefill_staffing``, prefill's floor is the fewest engines whose queued attainment over
     the forecast's scenarios (a scenario beyond the fleet late whole, the queue's tail below it)
-    reaches the target, over engines at their back-to-back rate; a looser target needs no more
-    engines, and no target lets the floor under the demand it forecasts. Off, the excess model over
-    engines at the utilisation cap (no tail passed)."""
+    reaches the target, over engines at their back-to-back rate, once the forecast errors are
+    measured; a looser target needs no more engines, and no target lets the floor under the demand
+    it forecasts. Off, or before the errors are measured, the excess model over engines at the
+    utilisation cap (no tail passed)."""
     from planner_core.policy import attainment, predictive
 
     calls: list[tuple[float, list[float], float, attainment.QueueTail | None, int]] = []
@@ -255,6 +256,10 @@ def test_prefill_staffing_sizes_the_queue_at_the_target(
         fixed[target] = run(shared_data, target)[0]["prefill"]
         assert calls and all(c[3] is None for c in calls)
     assert floors[0.8] <= floors[0.9] <= floors[0.99]
+    # the first decisions size for the stand-in spread (the errors not measured): no tail yet
+    calls.clear()
+    run(shared_data, 0.99, samples=6, prefill_staffing=True)
+    assert calls and all(c[3] is None for c in calls)
     # at a low target the backlog is counted (more engines than the excess model's), at a high one
     # the target is asked once, not of the spread and the tail each (fewer)
     assert floors[0.8] > fixed[0.8] and floors[0.99] < fixed[0.99]

@@ -143,9 +143,10 @@ class PolicyConfig:
     puts ``k`` engines at stays within the TTFT target (the queueing tail at the calibrated
     ``arrival_variability``), and none when it is beyond the fleet (a backlog every later request
     waits behind) (:func:`planner_core.policy.attainment.queued_attainment`): the knob is asked once
-    for the forecast's spread and the queue's tail together. False: the forecast's spread at the
-    target over engines capped at the utilisation whose tail keeps the target, a shortfall losing its
-    excess only."""
+    for the forecast's spread and the queue's tail together. It applies once the series' forecast
+    errors are measured (the stand-in spread before is a guess: its low scenarios earn no credit).
+    False: the forecast's spread at the target over engines capped at the utilisation whose tail
+    keeps the target, a shortfall losing its excess only."""
     decode_variability: Positive = 1.0
     """With ``decode_staffing``: the variance of the running decode requests over their mean (1: a
     Poisson count, what Poisson arrivals give whatever the requests' lengths; bursty arrivals raise

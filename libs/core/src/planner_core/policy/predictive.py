@@ -112,11 +112,13 @@ def predictive_floor(
             "utilisation_cap": util,
             "queue_variability": variability,
         }
-        # with prefill_staffing the queue's tail sizes the floor over engines at their full rate;
-        # the cap (the tail at the target for one load) is what the spread's calibration offers
+        # with prefill_staffing the queue's tail sizes the floor over engines at their full rate,
+        # once the forecast errors are measured: a stand-in spread's low scenarios are a guess and
+        # earn the high ones no credit. The cap (the tail at the target for one load) is what the
+        # spread's calibration offers
         tail = (
             QueueTail(cfg.ttft_target_ms - service_ms, service_ms, variability)
-            if cfg.prefill_staffing
+            if cfg.prefill_staffing and _measured(pre)
             else None
         )
         sizing = rate if tail is not None and util > 0 else per
