@@ -12,14 +12,19 @@ still reacts above it to what the engines report.
 - prefill: one engine serves ``isl / prefill_time(isl)`` prompt tokens/s back to back, at most at
   the utilisation whose queueing tail keeps the target share of TTFTs (queue wait + prefill) within
   the TTFT target (:func:`planner_core.policy.queueing.max_prefill_utilisation`): queue-aware. The
-  prefill time comes from the learned model when the snapshot has one, else from the profile.
+  prefill time comes from the learned model when the snapshot has one, else from the profile. With
+  ``prefill_staffing``, once the forecast errors are measured, there is no fixed cap: the floor
+  asks the knob once for the forecast's spread and the queue's tail together, each scenario
+  counting as served the share of its requests whose wait at the utilisation it puts ``k`` engines
+  at stays within the target, and none beyond the fleet (a backlog)
+  (:func:`planner_core.policy.attainment.queued_attainment`).
 - decode: the profile's best output tokens/s per GPU at the (corrected) ITL target and the mean
   context; without a profile, the learned model's (:func:`learned_decode_rate`: the largest batch
   whose predicted ITL meets the target, over that ITL), so a pool that was never profiled still
   gets a floor and consolidates on load. A fleet of ``k`` engines keeps ``h sqrt(k)`` engines
   spare (square-root staffing: the router spreads the running requests, so the fluctuation the
   spare absorbs grows with the square root of the load), ``h = 1 - decode_max_utilisation``
-  (``decode_pooled_headroom``). With ``decode_staffing`` (experimental) there is no fixed spare: the
+  (``decode_pooled_headroom``). With ``decode_staffing`` there is no fixed spare: the
   floor asks the knob once for the forecast's spread and the running requests' fluctuation
   together, each scenario counting as served the probability that ``k`` engines of ``B`` requests
   (the batch one engine runs at the ITL target) hold its running requests, and an overflow making
