@@ -51,7 +51,7 @@ def test_the_table_sets_the_variant_beside_the_default_and_finds_a_fall_in_cost(
     assert lines[0].startswith("| trace | clairvoyant GPU-h | 0.99: default | 0.99: v |")
     flat, wave = lines[2], lines[3]
     assert "| 99.5 % / 5.40 | 99.6 % / 5.30 | 90.0 % / 4.50 | 94.0 % / 4.40 | 95.0 % / 4.60 |" in flat
-    assert flat.endswith("| yes (3 knobs) |")
+    assert flat.endswith("| 0.8: +14.00, 0.9: +5.00, 0.99: +0.60 | yes (3 knobs) |")
     assert wave.endswith("| no: 0.8 11.30 > 0.9 11.10 (3 knobs) |")
     assert "| - | 99.2 % / 11.50 |" in wave  # no default run: a dash
 
