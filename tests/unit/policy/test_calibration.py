@@ -160,9 +160,11 @@ def drive(shared: Path, cfg: PolicyConfig, samples: list[TrafficSample]) -> list
 def run(shared: Path, calibrate: bool, pattern: list[float]) -> list[tuple[int, float]]:
     """400 req/s times ``pattern[i]`` at sample ``i`` through ``decide``: per sample the prefill floor
     and the share of the spread it sized for."""
+    # the coverage calibration measures each floor against engines at the utilisation cap: the
+    # excess model over capped engines it was made for, not prefill sized by its queue
     cfg = replace(
         PolicyConfig(), policy=PolicyKind.COMBINED, max_gpu_budget=-1, calibrate_spread=calibrate,
-        calibrate_on="coverage",
+        calibrate_on="coverage", prefill_staffing=False,
     )  # fmt: skip
     out = []
     for st in drive(shared, cfg, [steady(i, x) for i, x in enumerate(pattern)]):

@@ -129,16 +129,16 @@ class PolicyConfig:
     """Predictive floor: ``decode_max_utilisation`` is the cap of one decode engine; a fleet of
     k keeps (1 - cap) x sqrt(k) engines spare in all instead of (1 - cap) x k (square-root staffing:
     the router spreads the running batch, the fluctuation to absorb grows with its square root)."""
-    decode_staffing: bool = False
-    """Experimental, predictive floor: decode sized by its running requests, no fixed spare. Each
+    decode_staffing: bool = True
+    """Predictive floor: decode sized by its running requests, no fixed spare. Each
     demand scenario counts as served the probability that ``k`` engines of ``B`` requests each (the
     batch one engine runs at the ITL target) hold its running requests (a Poisson count of variance
     ``decode_variability`` times its mean), and an overflow makes every running request late
     (:func:`planner_core.policy.attainment.running_attainment`): the knob is asked once for the
     forecast's spread and the batch's fluctuation together. False: the forecast's spread at the
     target with ``decode_max_utilisation``'s fixed spare. The policy manual has the figures."""
-    prefill_staffing: bool = False
-    """Experimental, predictive floor: prefill sized by its queue, no fixed utilisation cap. Each
+    prefill_staffing: bool = True
+    """Predictive floor: prefill sized by its queue, no fixed utilisation cap. Each
     demand scenario counts as served the share of its requests whose wait at the utilisation it
     puts ``k`` engines at stays within the TTFT target (the queueing tail at the calibrated
     ``arrival_variability``), and none when it is beyond the fleet (a backlog every later request
