@@ -54,6 +54,10 @@ def test_the_table_sets_the_variant_beside_the_default_and_finds_a_fall_in_cost(
     assert flat.endswith("| 0.8: +14.00, 0.9: +5.00, 0.99: +0.60 | yes (3 knobs) |")
     assert wave.endswith("| no: 0.8 11.30 > 0.9 11.10 (3 knobs) |")
     assert "| - | 99.2 % / 11.50 |" in wave  # no default run: a dash
+    # the default set beside a variant as its baseline
+    swapped = pv.table("default", [f], against="v").splitlines()
+    assert swapped[0].startswith("| trace | clairvoyant GPU-h | 0.99: v | 0.99: default |")
+    assert swapped[2].endswith("| 0.8: +10.00, 0.99: +0.50 | yes (2 knobs) |")
 
 
 @pytest.mark.parametrize("bad", ["nocolon", "default:decode_staffing=1", "x:not_a_field=1", "x:policy=1"])
