@@ -258,8 +258,9 @@ def test_prefill_staffing_sizes_the_queue_at_the_target(
     assert floors[0.8] <= floors[0.9] <= floors[0.99]
     # the first decisions size for the stand-in spread (the errors not measured): no tail yet
     calls.clear()
-    run(shared_data, 0.99, samples=6, prefill_staffing=True)
+    _, cold = run(shared_data, 0.99, samples=6, prefill_staffing=True)
     assert calls and all(c[3] is None for c in calls)
+    assert cold["prefill.predictive.queue_sized"] == 0.0 and diag["prefill.predictive.queue_sized"] == 1.0
     # at a low target the backlog is counted (more engines than the excess model's), at a high one
     # the target is asked once, not of the spread and the tail each (fewer)
     assert floors[0.8] > fixed[0.8] and floors[0.99] < fixed[0.99]

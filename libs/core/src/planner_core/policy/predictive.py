@@ -127,6 +127,7 @@ def predictive_floor(
             else None
         )
         sizing = rate if tail is not None and util > 0 else per
+        pre_extra["queue_sized"] = float(tail is not None)
         pre_cfg = _cold(cfg, pre)
         pre_scale = _scale(cals, PREFILL)
         out[PREFILL] = _over_horizon(
