@@ -18,24 +18,14 @@ import json
 import sys
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from policy_windows import parse_overrides
+from policy_windows import controlled, parse_overrides
 
-from planner_core.policy import validate_config
-from planner_sim.bench import (
-    BenchConfig,
-    cluster_settings,
-    for_scenario,
-    policy_controller,
-    prepare_trace,
-    simulate_prep,
-)
+from planner_sim.bench import simulate_prep
 from planner_sim.records import summarize
-from planner_sim.scenarios import scenario
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = "default"
@@ -46,16 +36,7 @@ Task = tuple[str, float, str, tuple[str, ...], str]
 def run(task: Task) -> dict[str, Any]:
     """One simulation: ``(scenario, knob, variant name, its settings, data dir)``."""
     name, knob, variant, sets, data = task
-    sc = scenario(name)
-    cfg = for_scenario(
-        BenchConfig(traces=(), profile_dir=str(Path(data) / "dynamo"), policies=("combined",)), sc
-    )
-    prep = prepare_trace(cfg, sc.source)
-    settings = cluster_settings(cfg)
-    ctrl = policy_controller(cfg, prep, settings, "combined", knob)
-    if sets:
-        inner = getattr(ctrl, "cfg")  # noqa: B009 - the controller's PolicyConfig
-        ctrl.cfg = validate_config(replace(inner, **parse_overrides(list(sets))))  # type: ignore[attr-defined]
+    cfg, prep, settings, ctrl = controlled(name, Path(data), "combined", knob, parse_overrides(list(sets)))
     res = simulate_prep(cfg, prep, settings, ctrl)
     s = summarize(
         res.log, prep.ttft_targets_ms, cfg.itl_target_ms, counted=prep.counted, from_s=prep.warmup_s

@@ -24,6 +24,7 @@ import numpy as np
 from planner_core.policy import PolicyConfig, validate_config
 from planner_sim.bench import (
     BenchConfig,
+    TracePrep,
     cluster_settings,
     for_scenario,
     policy_controller,
@@ -32,6 +33,8 @@ from planner_sim.bench import (
 )
 from planner_sim.records import summarize
 from planner_sim.scenarios import scenario
+from planner_sim.simulator import Controller
+from planner_sim.workers import ClusterSettings
 
 REPO = Path(__file__).resolve().parents[1]
 _FIXED = frozenset({"policy", "predictive", "reference_compat", "demand_interval_s", "throughput_interval_s"})
@@ -59,6 +62,26 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def controlled(
+    name: str, data: Path, policy: str, knob: float | None, overrides: dict[str, Any], warmup_s: float = 0.0
+) -> tuple[BenchConfig, TracePrep, ClusterSettings, Controller]:
+    """The bench's run of ``policy`` at ``knob`` on the named scenario (its targets, the clairvoyant's
+    starting fleet), ready to simulate, with ``overrides`` set on its :class:`PolicyConfig`.
+    SystemExit when the policy has none to override."""
+    sc = scenario(name)
+    base = BenchConfig(traces=(), profile_dir=str(data / "dynamo"), policies=(policy,), warmup_s=warmup_s)
+    cfg = for_scenario(base, sc)
+    prep = prepare_trace(cfg, sc.source)
+    settings = cluster_settings(cfg)
+    ctrl = policy_controller(cfg, prep, settings, policy, knob)
+    if overrides:
+        inner = getattr(ctrl, "cfg", None)
+        if not isinstance(inner, PolicyConfig):
+            raise SystemExit(f"--set: policy {policy!r} has no PolicyConfig to override")
+        ctrl.cfg = validate_config(replace(inner, **overrides))  # type: ignore[attr-defined]
+    return cfg, prep, settings, ctrl
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--scenario", default="sinusoid")
@@ -78,20 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.data / 'dynamo'}: not a directory (the shared data is needed)", file=sys.stderr)
         return 2
     overrides = parse_overrides(args.set)
-    sc = scenario(args.scenario)
-    base = BenchConfig(
-        traces=(), profile_dir=str(args.data / "dynamo"), policies=(args.policy,), warmup_s=args.warmup_s
-    )
-    cfg = for_scenario(base, sc)
-    prep = prepare_trace(cfg, sc.source)
-    settings = cluster_settings(cfg)
-    ctrl = policy_controller(cfg, prep, settings, args.policy, args.knob)
-    if overrides:
-        inner = getattr(ctrl, "cfg", None)
-        if not isinstance(inner, PolicyConfig):
-            print(f"--set: policy {args.policy!r} has no PolicyConfig to override", file=sys.stderr)
-            return 2
-        ctrl.cfg = validate_config(replace(inner, **overrides))  # type: ignore[attr-defined]
+    try:
+        cfg, prep, settings, ctrl = controlled(
+            args.scenario, args.data, args.policy, args.knob, overrides, args.warmup_s
+        )
+    except SystemExit as e:
+        print(e, file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     res = simulate_prep(cfg, prep, settings, ctrl)
     wall = time.perf_counter() - t0
@@ -101,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ttft_ok = np.isfinite(log.finish_s) & (log.ttft_s() * 1e3 <= prep.ttft_targets_ms) & prep.counted
     ok = ttft_ok & (log.itl_s() * 1e3 <= cfg.itl_target_ms)
     print(
-        f"{sc.name} {args.policy}{'' if args.knob is None else f' knob {args.knob:g}'} {' '.join(args.set)}: SLA {s.sla_attainment_pct:.2f} % (TTFT "
+        f"{args.scenario} {args.policy}{'' if args.knob is None else f' knob {args.knob:g}'} {' '.join(args.set)}: SLA {s.sla_attainment_pct:.2f} % (TTFT "
         f"{s.ttft_attainment_pct:.2f}, ITL {s.itl_attainment_pct:.2f}), {res.gpu_hours:.2f} GPU-h, "
         f"clairvoyant {prep.clairvoyant_gpu_hours:.2f}, {wall:.0f} s wall"
         + (f" (from {prep.warmup_s:g} s)" if prep.warmup_s else "")

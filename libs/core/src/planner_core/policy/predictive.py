@@ -123,10 +123,10 @@ def predictive_floor(
         # spread's calibration offers
         tail = (
             QueueTail(cfg.ttft_target_ms - service_ms, service_ms, variability)
-            if cfg.prefill_staffing and _measured(pre)
+            if cfg.prefill_staffing and _measured(pre) and util > 0
             else None
         )
-        sizing = rate if tail is not None and util > 0 else per
+        sizing = per if tail is None else rate
         pre_extra["queue_sized"] = float(tail is not None)
         pre_cfg = _cold(cfg, pre)
         pre_scale = _scale(cals, PREFILL)
