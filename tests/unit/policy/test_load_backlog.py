@@ -1,15 +1,18 @@
-"""A prefill backlog sizes the load policy's scale-up by its drain time: engines that would start
-after the backlog drained are not ordered, the pending ones count from when they are ready."""
+"""A backlog sizes the load policy's scale-up by its drain time: engines that would start after the
+backlog drained are not ordered, the pending ones count from when they are ready. Prefill's backlog
+is its queued prompt tokens, decode's the output of the requests waiting for admission."""
 
 from __future__ import annotations
 
 import math
 
+import msgspec
 import pytest
 
 from planner_core.policy import PolicyConfig, load_policy
 from planner_core.policy.load import Backlog, drain_steps
 from planner_proto.decision import Reason
+from planner_proto.load import WorkerLoad
 
 from .test_load_policy import EST, NOW, reps, snap, worker
 
@@ -111,3 +114,111 @@ def test_drain_steps_is_bounded_without_a_startup_or_with_a_crawling_engine() ->
     k = drain_steps(1e9, d, mu, 1, 0, STARTUP, STARTUP)
     left = 1e9 + (d - mu) * STARTUP  # what the one engine leaves by the time k more serve
     assert (mu * (1 + k) - d) * STARTUP >= left > (mu * k - d) * STARTUP  # the fewest that drain it
+
+
+def decode_worker(i: int, running: int, waiting: int) -> WorkerLoad:
+    """A decode engine with ``running`` requests of 500 KV tokens each and ``waiting`` more queued
+    for admission (the cache of 160,000 tokens holds 320)."""
+    w = WorkerLoad(
+        worker_id=f"w{i}",
+        last_seen_s=NOW,
+        running_requests=running,
+        waiting_requests=waiting,
+        scheduled_decode_kv_tokens=500 * running,
+        queued_decode_kv_tokens=500 * waiting,
+    )
+    return msgspec.structs.replace(w, est_itl_ms=EST.itl_ms(None, w.scheduled_decode_kv_tokens))  # type: ignore[arg-type]
+
+
+def decode_backlog(demand: float, rate: float, osl: float, ready_in: float = STARTUP) -> Backlog:
+    return Backlog(
+        demand_tok_per_s=demand,
+        pending_ready_in_s=ready_in,
+        per_engine_tok_per_s=rate,
+        tokens_per_request=osl,
+    )
+
+
+FULL = [decode_worker(0, running=300, waiting=300), decode_worker(1, running=300, waiting=300)]
+"""Two decode engines, each full and with as many requests again waiting for admission."""
+
+
+def test_a_decode_backlog_that_drains_before_a_new_engine_could_serve_orders_none() -> None:
+    """The waiting requests overflow the cache twice over: spread over more engines at once, the
+    load policy alone adds engines. They ask for 600 x 200 output tokens; the two engines give
+    2 x 6,000 tokens/s against 2,000 arriving, so the backlog is gone in 12 s: none is ordered."""
+    cfg = PolicyConfig(startup_s=STARTUP)
+    plain = load_policy("decode", snap("decode", FULL), reps(2), 2, EST, cfg, NOW)
+    assert plain.reason is Reason.SCALE_UP and plain.target is not None and plain.target > 2
+    calm = decode_backlog(demand=2_000.0, rate=6_000.0, osl=200.0)
+    got = load_policy("decode", snap("decode", FULL), reps(2), 2, EST, cfg, NOW, backlog=calm)
+    assert got.target == 2 and got.diagnostics["drain_steps"] == 0.0
+    assert got.diagnostics["backlog_tokens"] == pytest.approx(600 * 200.0)
+
+
+def test_a_decode_overload_orders_what_drains_it_within_a_startup() -> None:
+    """Output demand beyond the two engines: what serves it and drains the waiting requests within a
+    startup of arriving, no more than the load policy asks."""
+    cfg = PolicyConfig(startup_s=STARTUP)
+    plain = load_policy("decode", snap("decode", FULL), reps(2), 2, EST, cfg, NOW)
+    over = decode_backlog(demand=14_000.0, rate=6_000.0, osl=200.0)
+    got = load_policy("decode", snap("decode", FULL), reps(2), 2, EST, cfg, NOW, backlog=over)
+    expected = drain_steps(600 * 200.0, 14_000.0, 6_000.0, 2, 0, STARTUP, STARTUP)
+    assert expected >= 1
+    assert plain.target is not None
+    assert got.target == 2 + min(expected, plain.target - 2)
+    # the reference planner has no such cap
+    ref = PolicyConfig(reference_compat=True)
+    assert load_policy("decode", snap("decode", FULL), reps(2), 2, EST, ref, NOW, backlog=over).target == 3
+
+
+def test_the_recorded_decode_pile_up_orders_one_engine_not_four() -> None:
+    """The 3x step (``mid-step``) at knob 0.8 (2026-11-28, 1,980 s into the run): three decode engines full and
+    1,331 requests waiting (700 output tokens each), a fourth engine ready in 50 s, 19,700 output
+    tokens/s arriving against 6,160 per engine. The load policy spread the waiting requests over the
+    fleet at once and ordered four more (then three and two: 13 engines where the instant oracle
+    needs 4). The backlog drains 70 s after the fourth engine arrives: one more is worth its startup."""
+    waiting = (444, 444, 443)
+    workers = [decode_worker(i, running=300, waiting=w) for i, w in enumerate(waiting)]
+    cfg = PolicyConfig(startup_s=STARTUP, max_step_up=8)
+    plain = load_policy("decode", snap("decode", workers), reps(3, 4), 4, EST, cfg, NOW)
+    assert plain.target is not None and plain.target >= 4 + 3
+    recorded = decode_backlog(demand=19_700.0, rate=6_160.0, osl=700.0, ready_in=50.0)
+    got = load_policy("decode", snap("decode", workers), reps(3, 4), 4, EST, cfg, NOW, backlog=recorded)
+    assert got.target == 5
+    assert left_after(1, 1_331 * 700.0, 19_700.0, 6_160.0, 3, 1, 50.0) == 0.0
+    assert left_after(0, 1_331 * 700.0, 19_700.0, 6_160.0, 3, 1, 50.0) > 0.0
+
+
+def test_a_growing_decode_backlog_counts_what_arrives_beyond_the_engines_rate() -> None:
+    """The waiting requests grow by 4,000 output tokens/s while the traffic says 2,000 arrive: the
+    engines serve less than their rate or a prefill backlog drains into decode. The demand is taken
+    as what the engines serve plus that growth, and the backlog no longer looks calm."""
+    cfg = PolicyConfig(startup_s=STARTUP)
+    calm = decode_backlog(demand=2_000.0, rate=6_000.0, osl=200.0)
+    growing = Backlog(
+        demand_tok_per_s=2_000.0,
+        queue_growth_tok_per_s=4_000.0,
+        pending_ready_in_s=STARTUP,
+        per_engine_tok_per_s=6_000.0,
+        tokens_per_request=200.0,
+    )
+    assert load_policy("decode", snap("decode", FULL), reps(2), 2, EST, cfg, NOW, backlog=calm).target == 2
+    got = load_policy("decode", snap("decode", FULL), reps(2), 2, EST, cfg, NOW, backlog=growing)
+    assert got.diagnostics["backlog_demand_tok_per_s"] == pytest.approx(2 * 6_000.0 + 4_000.0)
+    expected = drain_steps(600 * 200.0, 16_000.0, 6_000.0, 2, 0, STARTUP, STARTUP)
+    assert expected >= 1 and got.target == 2 + expected
+
+
+def test_requests_waiting_on_a_fleet_that_fits_them_hold_no_decode_engine() -> None:
+    """Requests wait for admission now and then at ordinary load (one engine's cache full for a
+    pass). The drain caps a scale-up only: engines the ITL signal can give back (the waiting
+    requests fit on fewer) go, whatever the backlog would say of demand against the floor's rate. A
+    hold there kept 14 decode engines through the sinusoid's trough (floor 2-8) at 0.99."""
+    workers = [decode_worker(i, running=20, waiting=50) for i in range(3)]
+    cfg = PolicyConfig(startup_s=STARTUP)
+    busy = decode_backlog(demand=5_000.0, rate=2_000.0, osl=2_000.0)
+    got = load_policy("decode", snap("decode", workers), reps(3), 3, EST, cfg, NOW, backlog=busy)
+    plain = load_policy("decode", snap("decode", workers), reps(3), 3, EST, cfg, NOW)
+    assert plain.reason is Reason.SCALE_DOWN
+    assert got.target == plain.target and "drain_steps" not in got.diagnostics

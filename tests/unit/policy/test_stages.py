@@ -160,6 +160,9 @@ def test_predictive_floor_stage_sizes_the_floor_on_a_new_demand_forecast() -> No
     assert p.floor_fresh
     assert p.diagnostics["predictive.lead_samples"] == float(math.ceil(c.startup_s / 30.0) + 1)
     assert any(k.startswith("prefill.predictive.") for k in p.diagnostics)
+    # one decode engine's whole rate within the ITL target (the floor sizes at it less its spare),
+    # for the load policy's drain of a backlog
+    assert 0 < p.diagnostics["decode.predictive.per_replica_tok_per_s"] < p.state.predictive.decode_rate
     # the same forecast again: the floor stands, nothing fresh
     again = s.predictive_floor_stage(dataclasses.replace(p, floor_fresh=False), inp, c, NOW + 5.0)
     assert again.state.predictive.floor == floor and not again.floor_fresh
@@ -235,6 +238,37 @@ def test_recommend_load_replays_as_bursts_only_queues_as_many_engines_held(
     s.recommend_load(p, inp, make.cfg(policy=PolicyKind.LOAD), NOW)
     assert fake.calls["prefill"]["recent_queued_tokens"] == (900.0, 42.0)
     assert fake.calls["prefill"]["burst_queued_tokens"] == (42.0,)
+
+
+def test_recommend_load_drains_a_decode_backlog_at_the_floors_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decode's backlog: the output tokens/s arriving (traffic, or the demand forecast if higher), a
+    waiting request's output (the traffic's mean), one engine's rate (the predictive floor's) and
+    when the engines ordered last are ready. None without the rate or the output length, and in the
+    reference."""
+    rated = with_state(predictive=PredictiveState(decode_rate=6_000.0), last_up_s={"decode": NOW - 30.0})
+    fake = FakeLoad({"decode": 2})
+    monkeypatch.setattr(s, "load_policy", fake)
+    inp = make.inputs({"decode": 2}, traffic=make.traffic(900, interval_s=30.0, isl=2000.0, osl=700.0))
+    c = make.cfg()
+    s.recommend_load(make.draft({"decode": 2}, state=rated), inp, c, NOW)
+    got = fake.calls["decode"]["backlog"]
+    assert got.demand_tok_per_s == pytest.approx(900 * 700.0 / 30.0)
+    assert got.per_engine_tok_per_s == 6_000.0 and got.tokens_per_request == 700.0
+    assert got.pending_ready_in_s == pytest.approx(c.startup_s - 30.0)
+    assert got.queue_growth_tok_per_s is None  # no earlier sample of the waiting requests
+    # the waiting requests grew from 100 to 400 over 10 s: 30 requests/s of 700 output tokens
+    older = QueueSample(at_s=NOW - 10.0, component="decode", queued_tokens=0.0, waiting_requests=100)
+    newer = QueueSample(at_s=NOW, component="decode", queued_tokens=0.0, waiting_requests=400)
+    growing = dataclasses.replace(rated, queue_samples=(older, newer))
+    s.recommend_load(make.draft({"decode": 2}, state=growing), inp, make.cfg(load_interval_s=5.0), NOW)
+    assert fake.calls["decode"]["backlog"].queue_growth_tok_per_s == pytest.approx(30 * 700.0)
+    s.recommend_load(make.draft({"decode": 2}), inp, c, NOW)  # no floor yet: no rate
+    assert fake.calls["decode"]["backlog"] is None
+    no_osl = make.inputs({"decode": 2}, traffic=make.traffic(900, interval_s=30.0))
+    s.recommend_load(make.draft({"decode": 2}, state=rated), no_osl, c, NOW)
+    assert fake.calls["decode"]["backlog"] is None
+    s.recommend_load(make.draft({"decode": 2}, state=rated), inp, make.cfg(reference_compat=True), NOW)
+    assert fake.calls["decode"]["backlog"] is None
 
 
 def test_recommend_load_raises_to_the_throughput_floor(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,8 +8,9 @@ replica stuck pending must not pin the fleet, its issue 14251), and so is a furt
 pending replicas will not cover the load. Decode requests that wait for admission (KV cache or
 ``max_num_seqs`` full) count as ITL: the pass-time model alone cannot see them. Prefill consolidation
 also checks the peak queue of the recent window, since the queue at one instant is usually empty even
-at high utilisation. A prefill backlog is sized by its drain time (:func:`drain_steps`): engines that
-would start after it has drained are not ordered.
+at high utilisation. A backlog (queued prompt tokens for prefill, the output of the requests waiting
+for admission for decode) is sized by its drain time (:func:`drain_steps`): engines that would start
+after it has drained are not ordered.
 """
 
 from __future__ import annotations
@@ -30,14 +31,20 @@ _Est = Callable[[WorkerLoad, float], float | None]
 
 @dataclass(frozen=True, kw_only=True)
 class Backlog:
-    """What sizes a scale-up for a prefill backlog (ours): the prompt tokens/s arriving (forecast or
-    observed), how fast the fleet's queue grew lately, and when the engines already ordered are
-    ready."""
+    """What sizes a scale-up for a backlog (ours): the tokens/s arriving (prompt tokens for prefill,
+    output tokens for decode; forecast or observed), how fast the fleet's queue grew lately, and when
+    the engines already ordered are ready."""
 
     demand_tok_per_s: float
     queue_growth_tok_per_s: float | None = None
-    """Recent slope of the summed prefill queue (None: not measured)."""
+    """Recent slope of the summed backlog, tokens/s (None: not measured)."""
     pending_ready_in_s: float
+    per_engine_tok_per_s: float | None = None
+    """Decode: the output tokens/s one engine gives within the ITL target (the predictive floor's).
+    None for prefill, whose rate through a queue comes from the learned model."""
+    tokens_per_request: float = 0.0
+    """Decode: the output tokens a request waiting for admission will ask for (its work in the
+    backlog)."""
 
 
 def drain_steps(
@@ -315,7 +322,9 @@ def load_policy(
     in reference_compat); ``burst_queued_tokens``: those of them held by at least as many engines as
     now, the queues a burst step replays (None: all of them); ``burst_step_ok``: no scale-up of this
     component within that window, so one burst-driven step is allowed; ``backlog``: the demand and the
-    pending engines' ready time that size a prefill scale-up by the queue's drain time (ours)."""
+    pending engines' ready time that size a scale-up by the backlog's drain time (ours): prefill's
+    queued prompt tokens, decode's requests waiting for admission (with the engine's rate and a
+    request's output from the backlog)."""
     compat = cfg.reference_compat
     if compat and in_progress:
         return ComponentResult(target=None, reason=Reason.SCALING_IN_PROGRESS)
@@ -390,6 +399,29 @@ def load_policy(
             if drain_steps(queued, demand, per, n - 1 + pending, 0, 0.0, cfg.startup_s) > 0:
                 down = 0
                 diag["backlog_hold"] = 1.0
+    waiting = sum(w.waiting_requests for w in workers)
+    rate = backlog.per_engine_tok_per_s if backlog is not None else None
+    if backlog is not None and not compat and component == DECODE and waiting > 0 and rate and up > 0:
+        # ours: the requests waiting for admission are a backlog the engines work through as running
+        # ones finish, not load that stays: spread over n + k engines at once (the ITL signal) it
+        # orders engines that start after it has drained. (No hold on the way down: the ITL signal
+        # gives back no engine whose share of the waiting requests would overflow the others.)
+        pending = max(0, current - replicas.ready)
+        queued_out = waiting * backlog.tokens_per_request
+        demand = backlog.demand_tok_per_s
+        if backlog.queue_growth_tok_per_s is not None and all(
+            admission_blocked(w, snapshot) for w in workers
+        ):
+            # every engine is full while requests wait: what arrives is what they serve plus what
+            # the waiting requests grew by (a prefill backlog draining into decode arrives faster
+            # than the traffic; an engine slower than its rate shows here too)
+            demand = max(demand, rate * n + backlog.queue_growth_tok_per_s)
+        need = drain_steps(queued_out, demand, rate, n, pending, backlog.pending_ready_in_s, cfg.startup_s)
+        diag.update(
+            {"backlog_tokens": queued_out, "per_engine_tok_per_s": rate, "backlog_demand_tok_per_s": demand,
+             "drain_steps": float(need)}
+        )  # fmt: skip
+        up = min(need, max_up)
     if in_progress and up == 0 and down == 0:
         # ours: a change in flight blocks nothing else; pending replicas already count in n_eff, so
         # an up here means they will not cover the load

@@ -216,7 +216,9 @@ def predictive_floor(
         diag["predictive.seasonal"] = float(pre.steps[-1].forecaster == "seasonal")
         diag["predictive.fast_trend"] = float(pre.trend == "fast")
     onoff = {str(cd.component): cd.intermittent for cd in demand.components}
-    return out, replace(st, floor=floor, intermittent=onoff, calibration=cals, queue=queue), diag
+    rate = engine_thpt if engine_thpt is not None and math.isfinite(engine_thpt) else 0.0
+    nxt = replace(st, floor=floor, intermittent=onoff, calibration=cals, queue=queue, decode_rate=rate)
+    return out, nxt, diag
 
 
 def prefill_variability(cfg: PolicyConfig, cal: QueueCalibration) -> float:

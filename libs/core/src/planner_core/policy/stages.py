@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from planner_core.policy.budget import apply_budget, issuable_targets
@@ -101,7 +101,12 @@ def observe_queues(p: Draft, inputs: DecisionInputs, cfg: PolicyConfig, now_s: f
             samples.append(QueueSample(at_s=now_s, component=c, queued_tokens=total, engines=len(workers)))
         if c == DECODE:
             kv = float(sum(w.scheduled_decode_kv_tokens + w.queued_decode_kv_tokens for w in workers))
-            samples.append(QueueSample(at_s=now_s, component=c, queued_tokens=kv, engines=len(workers)))
+            waiting = sum(w.waiting_requests for w in workers)
+            samples.append(
+                QueueSample(
+                    at_s=now_s, component=c, queued_tokens=kv, engines=len(workers), waiting_requests=waiting
+                )
+            )
             if any(admission_blocked(w, snap) for w in workers):
                 blocked_s = now_s
     st = dataclasses.replace(st, queue_samples=tuple(samples), last_decode_blocked_s=blocked_s)
@@ -471,7 +476,13 @@ def _load(p: Draft, c: str, inputs: DecisionInputs, cfg: PolicyConfig, now_s: fl
         recent_queued_tokens=() if cfg.reference_compat else _recent_queues(st, c),
         burst_queued_tokens=() if cfg.reference_compat else _recent_queues(st, c, _engines(inputs, c)),
         burst_step_ok=c not in st.last_up_s or now_s - st.last_up_s[c] >= cfg.queue_window_s,
-        backlog=None if cfg.reference_compat or c != PREFILL else _backlog(st, inputs, cfg, now_s),
+        backlog=None
+        if cfg.reference_compat
+        else _backlog(st, inputs, cfg, now_s)
+        if c == PREFILL
+        else _decode_backlog(st, inputs, cfg, now_s)
+        if c == DECODE
+        else None,
     )
 
 
@@ -492,20 +503,50 @@ def _backlog(st: PolicyState, inputs: DecisionInputs, cfg: PolicyConfig, now_s: 
         return None
     last_up = st.last_up_s.get(PREFILL)
     ready_in = cfg.startup_s if last_up is None else max(0.0, last_up + cfg.startup_s - now_s)
+    growth = _growth(st, PREFILL, now_s, 3 * cfg.load_interval_s, lambda s: s.queued_tokens)
+    return Backlog(demand_tok_per_s=max(rates), queue_growth_tok_per_s=growth, pending_ready_in_s=ready_in)
+
+
+def _decode_backlog(
+    st: PolicyState, inputs: DecisionInputs, cfg: PolicyConfig, now_s: float
+) -> Backlog | None:
+    """Ours: what sizes a decode scale-up by the drain time of the requests waiting for admission:
+    the output tokens/s coming (the larger of the demand forecast's next sample and the latest
+    traffic sample), how fast the waiting requests' output grew over the latest load ticks, one
+    engine's rate within the ITL target (the predictive floor's), a waiting request's output (the
+    traffic's mean) and when the engines ordered last are ready. None without the floor's rate or
+    the traffic's output length."""
+    t = inputs.traffic
+    osl = t.mean_osl_tokens if t is not None else None
+    rate = st.predictive.decode_rate
+    if t is None or osl is None or not (math.isfinite(osl) and osl > 0) or rate <= 0:
+        return None
+    rates = [t.num_requests * osl / t.interval_s]
+    forecast = inputs.demand.component(DECODE) if inputs.demand is not None else None
+    if forecast is not None and forecast.steps:
+        rates.append(forecast.steps[0].forecast)
+    rates = [r for r in rates if math.isfinite(r)]
+    last_up = st.last_up_s.get(DECODE)
+    ready_in = cfg.startup_s if last_up is None else max(0.0, last_up + cfg.startup_s - now_s)
+    growth = _growth(st, DECODE, now_s, 3 * cfg.load_interval_s, lambda s: s.waiting_requests * osl)
     return Backlog(
-        demand_tok_per_s=max(rates),
-        queue_growth_tok_per_s=_queue_growth(st, now_s, 3 * cfg.load_interval_s),
+        demand_tok_per_s=max(rates, default=0.0),
+        queue_growth_tok_per_s=growth,
         pending_ready_in_s=ready_in,
+        per_engine_tok_per_s=rate,
+        tokens_per_request=osl,
     )
 
 
-def _queue_growth(st: PolicyState, now_s: float, window_s: float) -> float | None:
-    """Prompt tokens/s the prefill queue grew by over the latest ``window_s``; None with fewer than
-    two samples in it."""
-    recent = [s for s in st.queue_samples if s.component == PREFILL and now_s - s.at_s <= window_s]
+def _growth(
+    st: PolicyState, component: str, now_s: float, window_s: float, tokens: Callable[[QueueSample], float]
+) -> float | None:
+    """Tokens/s the component's backlog (``tokens`` of each queue sample) grew by over the latest
+    ``window_s``; None with fewer than two samples in it."""
+    recent = [s for s in st.queue_samples if s.component == component and now_s - s.at_s <= window_s]
     if len(recent) < 2 or recent[-1].at_s <= recent[0].at_s:
         return None
-    return (recent[-1].queued_tokens - recent[0].queued_tokens) / (recent[-1].at_s - recent[0].at_s)
+    return (tokens(recent[-1]) - tokens(recent[0])) / (recent[-1].at_s - recent[0].at_s)
 
 
 def _over_floor(

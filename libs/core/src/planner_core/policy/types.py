@@ -108,6 +108,8 @@ class QueueSample:
     decode KV tokens (decode)."""
     engines: int = 0
     """The component's engines (not draining) that held them."""
+    waiting_requests: int = 0
+    """Decode: the requests waiting for admission, summed over its engines."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +124,9 @@ class PredictiveState:
     """Per component, the scale on the forecast spread its floors cover (:mod:`.calibration`)."""
     queue: QueueCalibration = field(default_factory=QueueCalibration)
     """Prefill's queueing variability calibrated on the requests' TTFT (:mod:`.queue_calibration`)."""
+    decode_rate: float = 0.0
+    """Output tokens/s one decode engine gives within the ITL target, as the latest floor sized it
+    (0: none yet): the load policy drains a decode backlog at it."""
 
 
 @dataclass(frozen=True, kw_only=True)
