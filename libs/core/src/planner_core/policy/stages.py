@@ -476,17 +476,26 @@ def _load(p: Draft, c: str, inputs: DecisionInputs, cfg: PolicyConfig, now_s: fl
         recent_queued_tokens=() if cfg.reference_compat else _recent_queues(st, c),
         burst_queued_tokens=() if cfg.reference_compat else _recent_queues(st, c, _engines(inputs, c)),
         burst_step_ok=c not in st.last_up_s or now_s - st.last_up_s[c] >= cfg.queue_window_s,
-        backlog=None
-        if cfg.reference_compat
-        else _backlog(st, inputs, cfg, now_s)
-        if c == PREFILL
-        else _decode_backlog(st, inputs, cfg, now_s)
-        if c == DECODE
-        else None,
+        backlog=_backlog(c, st, inputs, cfg, now_s),
     )
 
 
-def _backlog(st: PolicyState, inputs: DecisionInputs, cfg: PolicyConfig, now_s: float) -> Backlog | None:
+def _backlog(
+    c: str, st: PolicyState, inputs: DecisionInputs, cfg: PolicyConfig, now_s: float
+) -> Backlog | None:
+    """Ours: what sizes the component's scale-up by its backlog's drain time (none in the reference)."""
+    if cfg.reference_compat:
+        return None
+    if c == PREFILL:
+        return _prefill_backlog(st, inputs, cfg, now_s)
+    if c == DECODE:
+        return _decode_backlog(st, inputs, cfg, now_s)
+    return None
+
+
+def _prefill_backlog(
+    st: PolicyState, inputs: DecisionInputs, cfg: PolicyConfig, now_s: float
+) -> Backlog | None:
     """Ours: what sizes a prefill scale-up by the queue's drain time: the prompt tokens/s coming (the
     larger of the demand forecast's next sample and the latest traffic sample), the queue's growth
     over the latest load ticks, and when the engines ordered last are ready (a startup after the
