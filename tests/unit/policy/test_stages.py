@@ -271,6 +271,24 @@ def test_recommend_load_drains_a_decode_backlog_at_the_floors_rate(monkeypatch: 
     assert fake.calls["decode"]["backlog"] is None
 
 
+def test_recommend_load_drains_a_prefill_queue_from_the_prompt_tokens_coming(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Prefill's backlog: the prompt tokens/s arriving (the traffic's ISL, no floor's rate needed)
+    and the queue's growth; no engine rate or request length (the load policy learns the rate)."""
+    older = QueueSample(at_s=NOW - 10.0, component="prefill", queued_tokens=1_000.0)
+    newer = QueueSample(at_s=NOW, component="prefill", queued_tokens=6_000.0)
+    st = with_state(queue_samples=(older, newer))
+    fake = FakeLoad({"prefill": 2})
+    monkeypatch.setattr(s, "load_policy", fake)
+    inp = make.inputs({"prefill": 2}, traffic=make.traffic(900, interval_s=30.0, isl=2000.0, osl=700.0))
+    s.recommend_load(make.draft({"prefill": 2}, state=st), inp, make.cfg(load_interval_s=5.0), NOW)
+    got = fake.calls["prefill"]["backlog"]
+    assert got.demand_tok_per_s == pytest.approx(900 * 2000.0 / 30.0)
+    assert got.queue_growth_tok_per_s == pytest.approx(500.0)
+    assert got.per_engine_tok_per_s is None and got.pending_ready_in_s == make.cfg().startup_s
+
+
 def test_recommend_load_raises_to_the_throughput_floor(monkeypatch: pytest.MonkeyPatch) -> None:
     p = make.draft({"decode": 3}, state=with_state(throughput_floor={"decode": 4}))
     got, _ = _load(monkeypatch, {"decode": 2}, p, policy=PolicyKind.COMBINED)

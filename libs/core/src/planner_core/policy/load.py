@@ -79,6 +79,30 @@ def drain_steps(
     return max(steady, 1, need)
 
 
+def _drain(
+    backlog: Backlog,
+    queued: float,
+    per_engine: float,
+    ready: int,
+    pending: int,
+    full: bool,
+    startup_s: float,
+    diag: dict[str, float],
+) -> tuple[int, float]:
+    """Engines worth ordering for ``queued`` tokens of backlog (:func:`drain_steps`) and the demand
+    they are sized for: the backlog's arrivals, or, when every engine is ``full``, at least what the
+    ``ready`` engines serve plus what the backlog grew by. Recorded in ``diag``."""
+    demand = backlog.demand_tok_per_s
+    if full and backlog.queue_growth_tok_per_s is not None:
+        demand = max(demand, per_engine * ready + backlog.queue_growth_tok_per_s)
+    need = drain_steps(queued, demand, per_engine, ready, pending, backlog.pending_ready_in_s, startup_s)
+    diag.update(
+        {"backlog_tokens": queued, "per_engine_tok_per_s": per_engine, "backlog_demand_tok_per_s": demand,
+         "drain_steps": float(need)}
+    )  # fmt: skip
+    return need, demand
+
+
 def _per_engine_prefill(
     snap: ComponentSnapshot, estimator: LatencyEstimator | None, queued_per_engine: float
 ) -> float | None:
@@ -343,11 +367,11 @@ def load_policy(
         diag["stale"] = 1.0
         return ComponentResult(target=None, reason=Reason.INSUFFICIENT_DATA, diagnostics=diag)
 
+    pending = max(0, current - replicas.ready)
     if compat:
         warm, n_eff, max_up, max_down = workers, len(workers), 1, 1
     else:
         warm = [w for w in workers if w.started_at_s <= 0 or now_s - w.started_at_s >= cfg.cold_start_s]
-        pending = max(0, current - replicas.ready)
         # cold and pending workers are capacity on its way: spread the load over them too
         n_eff = len(workers) + pending
         max_up, max_down = cfg.max_step_up, cfg.max_step_down
@@ -383,17 +407,8 @@ def load_policy(
         # while it outlasts a startup
         per = _per_engine_prefill(snapshot, estimator, queued / n)
         if per is not None:
-            pending = max(0, current - replicas.ready)
-            demand = backlog.demand_tok_per_s
-            if backlog.queue_growth_tok_per_s is not None:
-                # every engine is busy while there is a queue: what arrives is what they serve plus
-                # what the queue grew by
-                demand = max(demand, per * n + backlog.queue_growth_tok_per_s)
-            need = drain_steps(queued, demand, per, n, pending, backlog.pending_ready_in_s, cfg.startup_s)
-            diag.update(
-                {"backlog_tokens": queued, "per_engine_tok_per_s": per, "backlog_demand_tok_per_s": demand,
-                 "drain_steps": float(need)}
-            )  # fmt: skip
+            # every engine is busy while there is a queue
+            need, demand = _drain(backlog, queued, per, n, pending, True, cfg.startup_s, diag)
             if up > 0:
                 up = min(need, max_up)
             if drain_steps(queued, demand, per, n - 1 + pending, 0, 0.0, cfg.startup_s) > 0:
@@ -405,22 +420,12 @@ def load_policy(
         # ours: the requests waiting for admission are a backlog the engines work through as running
         # ones finish, not load that stays: spread over n + k engines at once (the ITL signal) it
         # orders engines that start after it has drained. (No hold on the way down: the ITL signal
-        # gives back no engine whose share of the waiting requests would overflow the others.)
-        pending = max(0, current - replicas.ready)
+        # gives back no engine whose share of the waiting requests would overflow the others.) A
+        # prefill backlog draining into decode arrives faster than the traffic, and an engine slower
+        # than its rate shows in the growth too, counted when every engine is full.
+        full = all(admission_blocked(w, snapshot) for w in workers)
         queued_out = waiting * backlog.tokens_per_request
-        demand = backlog.demand_tok_per_s
-        if backlog.queue_growth_tok_per_s is not None and all(
-            admission_blocked(w, snapshot) for w in workers
-        ):
-            # every engine is full while requests wait: what arrives is what they serve plus what
-            # the waiting requests grew by (a prefill backlog draining into decode arrives faster
-            # than the traffic; an engine slower than its rate shows here too)
-            demand = max(demand, rate * n + backlog.queue_growth_tok_per_s)
-        need = drain_steps(queued_out, demand, rate, n, pending, backlog.pending_ready_in_s, cfg.startup_s)
-        diag.update(
-            {"backlog_tokens": queued_out, "per_engine_tok_per_s": rate, "backlog_demand_tok_per_s": demand,
-             "drain_steps": float(need)}
-        )  # fmt: skip
+        need, _ = _drain(backlog, queued_out, rate, n, pending, full, cfg.startup_s, diag)
         up = min(need, max_up)
     if in_progress and up == 0 and down == 0:
         # ours: a change in flight blocks nothing else; pending replicas already count in n_eff, so

@@ -216,8 +216,8 @@ def predictive_floor(
         diag["predictive.seasonal"] = float(pre.steps[-1].forecaster == "seasonal")
         diag["predictive.fast_trend"] = float(pre.trend == "fast")
     onoff = {str(cd.component): cd.intermittent for cd in demand.components}
-    rate = engine_thpt if engine_thpt is not None and math.isfinite(engine_thpt) else 0.0
-    nxt = replace(st, floor=floor, intermittent=onoff, calibration=cals, queue=queue, decode_rate=rate)
+    decode_rate = engine_thpt if engine_thpt is not None and math.isfinite(engine_thpt) else 0.0
+    nxt = replace(st, floor=floor, intermittent=onoff, calibration=cals, queue=queue, decode_rate=decode_rate)
     return out, nxt, diag
 
 

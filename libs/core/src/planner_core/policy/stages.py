@@ -483,64 +483,41 @@ def _load(p: Draft, c: str, inputs: DecisionInputs, cfg: PolicyConfig, now_s: fl
 def _backlog(
     c: str, st: PolicyState, inputs: DecisionInputs, cfg: PolicyConfig, now_s: float
 ) -> Backlog | None:
-    """Ours: what sizes the component's scale-up by its backlog's drain time (none in the reference)."""
-    if cfg.reference_compat:
+    """Ours: what sizes the component's scale-up by its backlog's drain time (none in the
+    reference): the tokens/s coming (the larger of the demand forecast's next sample and the latest
+    traffic sample: prompt tokens for prefill, output tokens for decode), the backlog's growth over
+    the latest load ticks, and when the engines ordered last are ready (a startup after the last
+    scale-up). Prefill's backlog is its queued prompt tokens; decode's the output of the requests
+    waiting for admission (a traffic mean each), drained at one engine's rate within the ITL target
+    as the predictive floor sized it: none for decode without that rate or the output length."""
+    if cfg.reference_compat or c not in (PREFILL, DECODE):
         return None
-    if c == PREFILL:
-        return _prefill_backlog(st, inputs, cfg, now_s)
-    if c == DECODE:
-        return _decode_backlog(st, inputs, cfg, now_s)
-    return None
-
-
-def _prefill_backlog(
-    st: PolicyState, inputs: DecisionInputs, cfg: PolicyConfig, now_s: float
-) -> Backlog | None:
-    """Ours: what sizes a prefill scale-up by the queue's drain time: the prompt tokens/s coming (the
-    larger of the demand forecast's next sample and the latest traffic sample), the queue's growth
-    over the latest load ticks, and when the engines ordered last are ready (a startup after the
-    last scale-up)."""
+    t = inputs.traffic
+    per_request = None if t is None else t.mean_isl_tokens if c == PREFILL else t.mean_osl_tokens
     rates: list[float] = []
-    forecast = inputs.demand.component(PREFILL) if inputs.demand is not None else None
+    forecast = inputs.demand.component(c) if inputs.demand is not None else None
     if forecast is not None and forecast.steps:
         rates.append(forecast.steps[0].forecast)
-    t = inputs.traffic
-    if t is not None and t.mean_isl_tokens is not None:
-        rates.append(t.num_requests * t.mean_isl_tokens / t.interval_s)
+    if t is not None and per_request is not None:
+        rates.append(t.num_requests * per_request / t.interval_s)
     rates = [r for r in rates if math.isfinite(r)]
     if not rates:
         return None
-    last_up = st.last_up_s.get(PREFILL)
+    last_up = st.last_up_s.get(c)
     ready_in = cfg.startup_s if last_up is None else max(0.0, last_up + cfg.startup_s - now_s)
-    growth = _growth(st, PREFILL, now_s, 3 * cfg.load_interval_s, lambda s: s.queued_tokens)
-    return Backlog(demand_tok_per_s=max(rates), queue_growth_tok_per_s=growth, pending_ready_in_s=ready_in)
-
-
-def _decode_backlog(
-    st: PolicyState, inputs: DecisionInputs, cfg: PolicyConfig, now_s: float
-) -> Backlog | None:
-    """Ours: what sizes a decode scale-up by the drain time of the requests waiting for admission:
-    the output tokens/s coming (the larger of the demand forecast's next sample and the latest
-    traffic sample), how fast the waiting requests' output grew over the latest load ticks, one
-    engine's rate within the ITL target (the predictive floor's), a waiting request's output (the
-    traffic's mean) and when the engines ordered last are ready. None without the floor's rate or
-    the traffic's output length."""
-    t = inputs.traffic
-    osl = t.mean_osl_tokens if t is not None else None
+    window_s = 3 * cfg.load_interval_s
+    if c == PREFILL:
+        growth = _growth(st, c, now_s, window_s, lambda s: s.queued_tokens)
+        return Backlog(
+            demand_tok_per_s=max(rates), queue_growth_tok_per_s=growth, pending_ready_in_s=ready_in
+        )
     rate = st.predictive.decode_rate
-    if t is None or osl is None or not (math.isfinite(osl) and osl > 0) or rate <= 0:
+    if per_request is None or not (math.isfinite(per_request) and per_request > 0) or rate <= 0:
         return None
-    rates = [t.num_requests * osl / t.interval_s]
-    forecast = inputs.demand.component(DECODE) if inputs.demand is not None else None
-    if forecast is not None and forecast.steps:
-        rates.append(forecast.steps[0].forecast)
-    rates = [r for r in rates if math.isfinite(r)]
-    last_up = st.last_up_s.get(DECODE)
-    ready_in = cfg.startup_s if last_up is None else max(0.0, last_up + cfg.startup_s - now_s)
-    growth = _growth(st, DECODE, now_s, 3 * cfg.load_interval_s, lambda s: s.waiting_requests * osl)
+    osl = per_request
     return Backlog(
-        demand_tok_per_s=max(rates, default=0.0),
-        queue_growth_tok_per_s=growth,
+        demand_tok_per_s=max(rates),
+        queue_growth_tok_per_s=_growth(st, c, now_s, window_s, lambda s: s.waiting_requests * osl),
         pending_ready_in_s=ready_in,
         per_engine_tok_per_s=rate,
         tokens_per_request=osl,
