@@ -90,3 +90,29 @@ def test_roofline_accuracy_and_gpu_order(shared_data: Path) -> None:
 def test_roofline_params_validated() -> None:
     with pytest.raises(ValueError, match="memory_efficiency"):
         RooflineParams(memory_efficiency=1.5)
+
+
+def test_a_pass_of_several_prompts_pays_each_ones_attention() -> None:
+    """Two prompts' chunks in one pass attend within their own sequence: the pass pays the sum of each
+    chunk's causal pairs, not the pairs of one sequence as long as both (their cross terms)."""
+    from planner_core.engine import Scheduler, SchedulerConfig
+    from planner_core.engine.request import EngineRequest, EngineRole
+    from planner_core.engine.timing import attention_pairs
+
+    timing = CalibratedTiming(
+        p_base_ms=10.0, p_token_ms=0.01, p_attn_ms=1e-6, d_base_ms=5.0, d_request_ms=1.0, d_kv_ms=0.0
+    )
+    cfg = SchedulerConfig(max_num_batched_tokens=8192, role=EngineRole.PREFILL, enable_prefix_caching=False)
+    s = Scheduler(cfg, timing)
+    s.add_request(EngineRequest(1, 6000, 2))
+    s.add_request(EngineRequest(2, 6000, 2))
+    first, second = s.step(0.0), s.step(1.0)
+    # pass 1: prompt 1 whole + 2,192 of prompt 2; pass 2: prompt 2's 3,808 after its 2,192
+    pairs_1 = attention_pairs(6000, 0) + attention_pairs(2192, 0)
+    pairs_2 = attention_pairs(3808, 2192)
+    assert first.duration_s == pytest.approx((10.0 + 0.01 * 8192 + 1e-6 * pairs_1) / 1e3)
+    assert second.duration_s == pytest.approx((10.0 + 0.01 * 3808 + 1e-6 * pairs_2) / 1e3)
+    one_sequence = timing.pass_time_s(8192, 0, 0, 0)
+    assert first.duration_s < one_sequence - 1e-6 * 6000 * 2192 / 1e3 * 0.99
+    # a lone chunk is charged as before
+    assert timing.pass_time_s(3808, 2192, 0, 0) == pytest.approx(second.duration_s)

@@ -8,7 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner_sim.traces import TraceError, TraceRequest, jitter_arrivals, read_azure_csv, read_mooncake_jsonl
+from planner_sim.traces import (
+    TraceError,
+    TraceRequest,
+    jitter_arrivals,
+    read_azure_csv,
+    read_mooncake_jsonl,
+    scale_trace,
+)
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 GOOD = ["2023-11-16 18:15:47.0000000,100,10", "2023-11-16 18:15:48.5000000,200,20"]
@@ -79,3 +86,57 @@ def test_jitter_spreads_arrivals_inside_their_step() -> None:
     assert jitter_arrivals(reqs, 0.0) == reqs
     with pytest.raises(ValueError, match="jitter_s"):
         jitter_arrivals(reqs, -1.0)
+
+
+def _poisson(rate_per_s: float, duration_s: float, seed: int, isl: int = 100) -> list[TraceRequest]:
+    t = np.cumsum(
+        np.random.default_rng(seed).exponential(1.0 / rate_per_s, int(rate_per_s * duration_s * 1.2))
+    )
+    return [TraceRequest(float(x), isl, 10) for x in t[t < duration_s]]
+
+
+def _dispersion(reqs: list[TraceRequest], window_s: float) -> float:
+    counts = np.bincount((np.array([r.arrival_s for r in reqs]) // window_s).astype(int))[
+        :-1
+    ]  # last: partial
+    return float(counts.var() / counts.mean())
+
+
+def test_scaling_a_trace_up_adds_users_not_bursts() -> None:
+    """12x the rate of a Poisson trace: counts per second keep a variance about their mean (each
+    shifted copy is Poisson and the copies are independent within the spread). Repeating each request
+    within its own gap would make it 12x burstier (12 requests of one length at a time)."""
+    base = _poisson(2.0, 2000.0, seed=3)
+    out = scale_trace(base, rate_scale=12.0, seed=5)
+    assert abs(len(out) / len(base) - 12.0) < 0.01
+    assert all(a.arrival_s <= b.arrival_s for a, b in zip(out, out[1:], strict=False))
+    assert set(base) <= set(out)  # every original request kept as it was
+    assert _dispersion(out, 1.0) < 1.3 and _dispersion(out, 10.0) < 2.0
+    assert scale_trace(base, rate_scale=12.0, seed=5) == out  # seeded
+
+
+def test_scaling_up_follows_the_traces_rate_over_time_and_its_lengths() -> None:
+    """A quiet half at 1 req/s (prompts of 100) and a busy half at 4 req/s (prompts of 900): the copies,
+    shifted by at most the spread, keep the 1:4 ratio and each half's lengths."""
+    quiet = _poisson(1.0, 1000.0, seed=1, isl=100)
+    busy = [TraceRequest(r.arrival_s + 1000.0, 900, 10) for r in _poisson(4.0, 1000.0, seed=2)]
+    out = scale_trace(quiet + busy, rate_scale=3.5, seed=0, spread_s=60.0)
+    t = np.array([r.arrival_s for r in out])
+    isl = np.array([r.input_tokens for r in out])
+    assert abs(len(out) / (len(quiet) + len(busy)) - 3.5) < 0.05
+    assert 3.6 < ((t >= 1060) & (t < 1940)).sum() / ((t >= 60) & (t < 940)).sum() < 4.4
+    # away from the boundary and the wrap at the ends, each half holds its own lengths
+    assert (isl[(t >= 60) & (t < 940)] == 100).all() and (isl[(t >= 1060) & (t < 1940)] == 900).all()
+
+
+def test_scaling_down_thins_and_time_scale_compresses() -> None:
+    base = _poisson(10.0, 500.0, seed=4)
+    thin = scale_trace(base, rate_scale=0.25, seed=0)
+    assert abs(len(thin) / len(base) - 0.25) < 0.03 and set(thin) <= set(base)
+    fast = scale_trace(base, time_scale=0.1)
+    assert [r.arrival_s for r in fast] == pytest.approx([r.arrival_s * 0.1 for r in base])
+    assert scale_trace([], rate_scale=3.0) == []
+    with pytest.raises(ValueError, match="must be > 0"):
+        scale_trace(base, rate_scale=0.0)
+    with pytest.raises(ValueError, match="spread_s"):
+        scale_trace(base, rate_scale=2.0, spread_s=float("nan"))

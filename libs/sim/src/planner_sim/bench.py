@@ -211,6 +211,39 @@ def load_requests(source: str, seed: int = 0) -> tuple[str, list[TraceRequest]]:
     return Path(source).stem, read_trace(source, on_error="raise").requests
 
 
+def _trimmed(cfg: BenchConfig, reqs: Sequence[TraceRequest]) -> list[TraceRequest]:
+    """A source's requests as the bench replays them: arrivals jittered, cut at the duration."""
+    out = jitter_arrivals(reqs, cfg.jitter_s, seed=cfg.seed) if cfg.jitter_s > 0 else list(reqs)
+    return [r for r in out if r.arrival_s < cfg.duration_s] if cfg.duration_s is not None else out
+
+
+def scaled_requests(
+    source: str,
+    base: Sequence[TraceRequest],
+    rate_scale: float,
+    seed: int = 0,
+    prepare: Callable[[Sequence[TraceRequest]], list[TraceRequest]] = list,
+) -> list[TraceRequest]:
+    """``base`` (the source's requests at ``seed``, after ``prepare``) at ``rate_scale`` times its
+    rate. A generated source is drawn again: independent draws (seeds ``seed + 1``, ...; each through
+    ``prepare``) added to it, the last one thinned to the fractional part, so Poisson arrivals stay
+    Poisson at the new rate. A trace file's rate is scaled by :func:`planner_sim.traces.scale_trace`
+    (shifted copies of itself)."""
+    from planner_sim.scenarios import is_generated
+
+    if rate_scale <= 1.0 or not is_generated(source):
+        return scale_trace(base, rate_scale=rate_scale, seed=seed)
+    whole, frac = divmod(rate_scale - 1.0, 1.0)
+    out = list(base)
+    for k in range(1, int(whole) + 1):
+        out.extend(prepare(load_requests(source, seed + k)[1]))
+    if frac > 0:
+        extra = prepare(load_requests(source, seed + int(whole) + 1)[1])
+        out.extend(scale_trace(extra, rate_scale=frac, seed=seed))
+    out.sort(key=lambda r: r.arrival_s)
+    return out
+
+
 def _oracle(
     cfg: BenchConfig, settings: ClusterSettings, reqs: Sequence[TraceRequest], horizon: float
 ) -> tuple[OracleResult, Feasibility, FloatArray]:
@@ -300,10 +333,7 @@ _CALIBRATED: dict[tuple[BenchConfig, str], float] = {}
 def prepare_trace(cfg: BenchConfig, path: str) -> TracePrep:
     settings = cluster_settings(cfg)
     name, reqs = load_requests(path, cfg.seed)
-    if cfg.jitter_s > 0:
-        reqs = jitter_arrivals(reqs, cfg.jitter_s, seed=cfg.seed)
-    if cfg.duration_s is not None:
-        reqs = [r for r in reqs if r.arrival_s < cfg.duration_s]
+    reqs = _trimmed(cfg, reqs)
     if not reqs:
         raise ValueError(f"{path}: no requests (after truncation to {cfg.duration_s} s)")
     horizon = cfg.duration_s if cfg.duration_s is not None else reqs[-1].arrival_s
@@ -321,7 +351,10 @@ def prepare_trace(cfg: BenchConfig, path: str) -> TracePrep:
     for _ in range(5):
         # the calibration looked at the busiest intervals by the rate bound; a burst elsewhere can need
         # more for TTFT: check the whole oracle and step the rate down until its peak is <= peak_gpus
-        reqs = scale_trace(base, rate_scale=scale, seed=cfg.seed) if cfg.peak_gpus is not None else base
+        if cfg.peak_gpus is not None:
+            reqs = scaled_requests(path, base, scale, cfg.seed, lambda rs: _trimmed(cfg, rs))
+        else:
+            reqs = base
         too_long = sum(1 for r in reqs if r.input_tokens > settings.context_length_tokens)
         reqs = [r for r in reqs if r.input_tokens <= settings.context_length_tokens]
         if not reqs:

@@ -197,26 +197,56 @@ def jitter_arrivals(requests: Sequence[TraceRequest], jitter_s: float, seed: int
     return out
 
 
+SCALE_SPREAD_S = 60.0
+"""How far (+-) each added copy of a trace is shifted as a whole when its rate is scaled up."""
+
+
 def scale_trace(
-    requests: Sequence[TraceRequest], time_scale: float = 1.0, rate_scale: float = 1.0, seed: int = 0
+    requests: Sequence[TraceRequest],
+    time_scale: float = 1.0,
+    rate_scale: float = 1.0,
+    seed: int = 0,
+    spread_s: float = SCALE_SPREAD_S,
 ) -> list[TraceRequest]:
     """``time_scale`` < 1 compresses time (0.1 plays an hour in 6 minutes, at 10x the rate).
-    ``rate_scale`` keeps the timeline but multiplies the request rate: > 1 replicates requests with
-    small jitter, < 1 thins them at random (seeded, so runs repeat)."""
+    ``rate_scale`` keeps the timeline but multiplies the request rate (seeded, so runs repeat):
+
+    - < 1 thins the requests at random;
+    - > 1 keeps the trace and adds ``rate_scale - 1`` copies of it (the last one thinned to the
+      fractional part), each shifted as a whole by its own uniform offset in ``[-spread_s, spread_s)``,
+      wrapping around the trace's span. Each copy keeps the trace's own bursts and lengths, the copies
+      are independent of each other within ``spread_s`` and follow the trace's rate beyond it: more
+      users like these. (Repeating each request within the gap to the next would send ``rate_scale``
+      requests of one length together: that many times burstier than the trace.)
+    """
     if time_scale <= 0 or rate_scale <= 0:
         raise ValueError("time_scale and rate_scale must be > 0")
+    if not (math.isfinite(spread_s) and spread_s >= 0):
+        raise ValueError(f"spread_s: must be a finite number >= 0, got {spread_s}")
     rng = np.random.default_rng(seed)
-    out: list[TraceRequest] = []
-    whole, frac = divmod(rate_scale, 1.0)
-    for i, r in enumerate(requests):
-        copies = int(whole) + (1 if rng.random() < frac else 0)
-        nxt = requests[i + 1].arrival_s if i + 1 < len(requests) else r.arrival_s + 1.0
-        gap = max(nxt - r.arrival_s, 0.0)
-        for c in range(copies):
-            jitter = 0.0 if c == 0 else rng.random() * gap
-            out.append(
-                TraceRequest((r.arrival_s + jitter) * time_scale, r.input_tokens, r.output_tokens, r.hash_ids)
-            )
+    if not requests:
+        return []
+    if rate_scale < 1.0:
+        kept = [r for r, u in zip(requests, rng.random(len(requests)), strict=True) if u < rate_scale]
+    else:
+        kept = list(requests)
+        first, last = requests[0].arrival_s, requests[-1].arrival_s
+        span = last - first + 1.0  # the last request's gap, as if one more came 1 s later
+        whole, frac = divmod(rate_scale - 1.0, 1.0)
+        copies = [1.0] * int(whole) + ([frac] if frac > 0 else [])
+        for share in copies:
+            shift = float(rng.uniform(-spread_s, spread_s))
+            keep = rng.random(len(requests)) < share
+            for r, k in zip(requests, keep.tolist(), strict=True):
+                if k:
+                    t = first + (r.arrival_s - first + shift) % span
+                    kept.append(TraceRequest(t, r.input_tokens, r.output_tokens, r.hash_ids))
+    out = [
+        r
+        if time_scale == 1.0
+        else TraceRequest(r.arrival_s * time_scale, r.input_tokens, r.output_tokens, r.hash_ids)
+        for r in kept
+    ]
     out.sort(key=lambda r: r.arrival_s)
     return out
 

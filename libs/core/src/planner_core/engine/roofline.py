@@ -95,12 +95,18 @@ class RooflineTiming:
         )
 
     def pass_time_s(
-        self, prefill_tokens: int, prefill_kv_tokens: int, num_decode: int, decode_kv_tokens: int
+        self,
+        prefill_tokens: int,
+        prefill_kv_tokens: int,
+        num_decode: int,
+        decode_kv_tokens: int,
+        prefill_pairs: float | None = None,
     ) -> float:
         if prefill_tokens <= 0 and num_decode <= 0:
             return 0.0
         t = prefill_tokens
-        pairs = t * prefill_kv_tokens + 0.5 * t * (t + 1) + decode_kv_tokens
+        chunks = t * prefill_kv_tokens + 0.5 * t * (t + 1) if prefill_pairs is None else prefill_pairs
+        pairs = chunks + decode_kv_tokens
         logits = num_decode + (1 if t > 0 else 0)
         compute = (
             self.linear_flops_per_token * (t + num_decode) + self.head_flops_per_logit * logits

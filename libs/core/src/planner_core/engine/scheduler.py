@@ -25,7 +25,7 @@ from collections import deque
 from planner_core.engine.kv_pool import BlockPool
 from planner_core.engine.passes import EnginePass, variance
 from planner_core.engine.request import EngineRequest, EngineRole, RequestId, SchedulerConfig
-from planner_core.engine.timing import TimingModel
+from planner_core.engine.timing import TimingModel, attention_pairs
 
 
 class _Seq:
@@ -183,6 +183,7 @@ class Scheduler:
 
         # 2. running prefills
         p_n = p_sum = p_s2 = p_kv = 0
+        p_pairs = 0.0  # attention pairs, per sequence
         completed: list[_Seq] = []
         if self._pre and budget > 0:
             for seq in list(self._pre):
@@ -197,6 +198,7 @@ class Scheduler:
                 p_sum += chunk
                 p_s2 += chunk * chunk
                 p_kv += seq.computed
+                p_pairs += attention_pairs(chunk, seq.computed)
                 budget -= chunk
                 self._advance_prefill(seq, chunk, completed)
 
@@ -259,6 +261,7 @@ class Scheduler:
                 p_sum += chunk
                 p_s2 += chunk * chunk
                 p_kv += seq.computed
+                p_pairs += attention_pairs(chunk, seq.computed)
                 budget -= chunk
                 self._advance_prefill(seq, chunk, completed)
 
@@ -289,7 +292,7 @@ class Scheduler:
 
         if extra_decoded:
             decoded = decoded + tuple(extra_decoded)
-        duration = self.timing.pass_time_s(p_sum, p_kv, d_n, d_s1) if (p_n or d_n) else 0.0
+        duration = self.timing.pass_time_s(p_sum, p_kv, d_n, d_s1, p_pairs) if (p_n or d_n) else 0.0
         qp, qd = self._qp, self._qd
         return EnginePass(
             now_s,

@@ -24,17 +24,26 @@ so a profiled concurrency above it ran as this many decode requests (the rest qu
 
 class TimingModel(Protocol):
     def pass_time_s(
-        self, prefill_tokens: int, prefill_kv_tokens: int, num_decode: int, decode_kv_tokens: int
+        self,
+        prefill_tokens: int,
+        prefill_kv_tokens: int,
+        num_decode: int,
+        decode_kv_tokens: int,
+        prefill_pairs: float | None = None,
     ) -> float:
         """Seconds for one pass computing ``prefill_tokens`` new prompt tokens (reading
         ``prefill_kv_tokens`` of cached / earlier-chunk KV) and one token for each of ``num_decode``
-        requests holding ``decode_kv_tokens`` KV tokens in total."""
+        requests holding ``decode_kv_tokens`` KV tokens in total.
+
+        ``prefill_pairs``: the causal attention pairs of the pass's prompt chunks, summed per sequence
+        (:func:`attention_pairs` of each chunk; attention kernels attend within a sequence, so two
+        chunks of different prompts do not see each other). None = the pass's chunks are one sequence."""
         ...
 
 
 def attention_pairs(prefill_tokens: int, prefill_kv_tokens: int) -> float:
-    """Query-key pairs of causal attention for a chunk of T new tokens after K cached ones,
-    T*K + T*(T+1)/2, treating the pass's chunks as one sequence (exact for a single request)."""
+    """Query-key pairs of causal attention for one sequence's chunk of T new tokens after K cached
+    ones: T*K + T*(T+1)/2."""
     t = prefill_tokens
     return t * prefill_kv_tokens + 0.5 * t * (t + 1)
 
@@ -47,7 +56,12 @@ class MockerTiming:
     kv_capacity_tokens: int
 
     def pass_time_s(
-        self, prefill_tokens: int, prefill_kv_tokens: int, num_decode: int, decode_kv_tokens: int
+        self,
+        prefill_tokens: int,
+        prefill_kv_tokens: int,
+        num_decode: int,
+        decode_kv_tokens: int,
+        prefill_pairs: float | None = None,
     ) -> float:
         ms = 0.0
         if prefill_tokens > 0:
@@ -88,15 +102,17 @@ class CalibratedTiming:
         return self.d_base_ms + self.d_request_ms * num_decode + self.d_kv_ms * decode_kv_tokens
 
     def pass_time_s(
-        self, prefill_tokens: int, prefill_kv_tokens: int, num_decode: int, decode_kv_tokens: int
+        self,
+        prefill_tokens: int,
+        prefill_kv_tokens: int,
+        num_decode: int,
+        decode_kv_tokens: int,
+        prefill_pairs: float | None = None,
     ) -> float:
         if prefill_tokens > 0:
             t = prefill_tokens
-            ms = (
-                self.p_base_ms
-                + self.p_token_ms * t
-                + self.p_attn_ms * (t * prefill_kv_tokens + 0.5 * t * (t + 1))
-            )
+            pairs = t * prefill_kv_tokens + 0.5 * t * (t + 1) if prefill_pairs is None else prefill_pairs
+            ms = self.p_base_ms + self.p_token_ms * t + self.p_attn_ms * pairs
             if num_decode > 0:
                 ms += self.d_request_ms * num_decode + self.d_kv_ms * decode_kv_tokens
                 ms += max(self.d_base_ms - self.p_base_ms, 0.0)

@@ -354,20 +354,28 @@ class ServingTiming:
                       self.params, window_kv_read, window_pairs)  # fmt: skip
 
     def pass_time_s(
-        self, prefill_tokens: int, prefill_kv_tokens: int, num_decode: int, decode_kv_tokens: int
+        self,
+        prefill_tokens: int,
+        prefill_kv_tokens: int,
+        num_decode: int,
+        decode_kv_tokens: int,
+        prefill_pairs: float | None = None,
     ) -> float:
         """A pass of ``prefill_tokens`` prompt tokens after ``prefill_kv_tokens`` cached ones, plus one
         token for each of ``num_decode`` requests holding ``decode_kv_tokens``; decode requests also pay
-        the host cost per running request (``seq_overhead_s``)."""
+        the host cost per running request (``seq_overhead_s``). Given ``prefill_pairs`` (the chunks'
+        pairs summed per sequence), a windowed layer's prompt pairs shrink in the same proportion."""
         if prefill_tokens <= 0 and num_decode <= 0:
             return 0.0
         t, w = float(prefill_tokens), self.shape.window_tokens
-        pairs = prompt_pairs(prefill_kv_tokens, t) + decode_kv_tokens
+        one = prompt_pairs(prefill_kv_tokens, t)
+        share = 1.0 if prefill_pairs is None or one <= 0 else min(prefill_pairs / one, 1.0)
+        pairs = one * share + decode_kv_tokens
         # a decode request at context k reads and attends to min(k, window) keys in a windowed layer
         dec_w = num_decode * windowed(decode_kv_tokens / num_decode, w) if num_decode > 0 else 0.0
         work = self.raw_pass_s(
             t + num_decode, prefill_kv_tokens + decode_kv_tokens, pairs,
-            windowed(prefill_kv_tokens, w) + dec_w, prompt_pairs(prefill_kv_tokens, t, w) + dec_w,
+            windowed(prefill_kv_tokens, w) + dec_w, prompt_pairs(prefill_kv_tokens, t, w) * share + dec_w,
         )  # fmt: skip
         return work + self.params.seq_overhead_s * num_decode
 
