@@ -46,7 +46,7 @@ class LoadgenSettings(BaseSettings, frozen=True, kw_only=True):
     time_scale: Annotated[float, Meta(gt=0.0, le=1000.0)] = 1.0
     """Multiplies arrival times: 0.1 plays the trace 10x faster."""
     rate_scale: Annotated[float, Meta(gt=0.0, le=1000.0)] = 1.0
-    """Multiplies the request rate, keeping the timeline (replicates or thins requests)."""
+    """Multiplies the request rate, keeping the timeline (adds shifted copies of the trace, or thins it)."""
     max_duration_s: NonNegFloat = 0.0
     """Replay only arrivals before this (wall seconds after scaling); 0 = all."""
     max_requests: Annotated[int, Meta(ge=0)] = 0

@@ -24,7 +24,7 @@ from planner_core.policy.queueing import wait_tail_probability
 @dataclass(frozen=True, slots=True)
 class QueueTail:
     """One prefill engine's queue, for :func:`queued_within`: the wait a request may have (TTFT target
-    less its own prefill), the mean service time (one mean prompt's prefill) and the variability
+    less its own prefill), the mean service time (the mean prompt's share of a busy engine) and the variability
     ``c_a^2 + c_s^2`` of the tail (:func:`planner_core.policy.queueing.wait_tail_probability`)."""
 
     wait_ms: float

@@ -9,9 +9,11 @@ lead; the floor is the fewest replicas whose predicted attainment over those sce
 ``target_attainment`` (:mod:`planner_core.policy.attainment`). The combined policy takes this as its floor; the load policy
 still reacts above it to what the engines report.
 
-- prefill: one engine serves ``isl / prefill_time(isl)`` prompt tokens/s back to back, at most at
-  the utilisation whose queueing tail keeps the target share of TTFTs (queue wait + prefill) within
-  the TTFT target (:func:`planner_core.policy.queueing.max_prefill_utilisation`): queue-aware. The
+- prefill: one engine serves prompt tokens back to back at the faster of one mean prompt per
+  pass (``isl / prefill_time(isl)``) and full passes (``max_num_batched_tokens / prefill_time(max_num_batched_tokens)``:
+  under a queue chunked prefill packs the waiting prompts into each pass), at most at the
+  utilisation whose queueing tail (each prompt's share of that rate the service) keeps the target
+  share of TTFTs (queue wait + its own prefill) within the TTFT target (:func:`planner_core.policy.queueing.max_prefill_utilisation`): queue-aware. The
   prefill time comes from the learned model when the snapshot has one, else from the profile. With
   ``prefill_staffing``, once the forecast errors are measured, there is no fixed cap: the floor
   asks the knob once for the forecast's spread and the queue's tail together, each scenario
@@ -77,11 +79,20 @@ __all__ = [
 ]
 
 
-def prefill_rate_per_replica(service_ms: float, isl_tokens: float) -> float:
-    """Prompt tokens/s one prefill replica serves back to back (one mean prompt per service time)."""
+def prefill_rate_per_replica(
+    service_ms: float, isl_tokens: float, full_pass_ms: float = 0.0, budget: int = 0
+) -> float:
+    """Prompt tokens/s one prefill replica serves back to back: one mean prompt per service time, or,
+    when the engine's token budget per pass (``budget``, its ``max_num_batched_tokens``) and the time
+    of a pass that fills it (``full_pass_ms``) are known, the faster of that and full passes. Under a
+    queue the engine packs the waiting prompts into each pass up to the budget (chunked prefill), so a
+    short prompt costs its share of a full pass, not a pass of its own."""
     if service_ms <= 0 or isl_tokens <= 0:
         return 0.0
-    return isl_tokens / (service_ms / 1000.0)
+    one = isl_tokens / (service_ms / 1000.0)
+    if budget > 0 and full_pass_ms > 0:
+        return max(one, budget / (full_pass_ms / 1000.0))
+    return one
 
 
 def predictive_floor(
@@ -106,14 +117,17 @@ def predictive_floor(
     capacity: dict[str, Callable[[int], float]] = {}
 
     if PREFILL in comps and pre is not None:
-        service_ms = _prefill_service_ms(inputs, isl)
-        queue = _queue_settled(inputs, queue, cfg, service_ms, isl, warming=not _measured(pre))
+        service_ms, rate = _prefill_service(inputs, isl)
+        share_ms = isl / rate * 1000.0 if rate > 0 else service_ms
+        queue = _queue_settled(inputs, queue, cfg, service_ms, rate, share_ms, warming=not _measured(pre))
         variability = prefill_variability(cfg, queue)
-        util = max_prefill_utilisation(service_ms, cfg.ttft_target_ms, cfg.target_attainment, variability)
-        rate = prefill_rate_per_replica(service_ms, isl)
+        util = max_prefill_utilisation(
+            service_ms, cfg.ttft_target_ms, cfg.target_attainment, variability, share_ms=share_ms
+        )
         per = rate * util
         pre_extra: Diagnostics = {
             "service_ms": service_ms,
+            "share_ms": share_ms,
             "utilisation_cap": util,
             "queue_variability": variability,
         }
@@ -122,7 +136,7 @@ def predictive_floor(
         # earn the high ones no credit. The cap (the tail at the target for one load) is what the
         # spread's calibration offers
         tail = (
-            QueueTail(cfg.ttft_target_ms - service_ms, service_ms, variability)
+            QueueTail(cfg.ttft_target_ms - service_ms, share_ms, variability)
             if cfg.prefill_staffing and _measured(pre) and util > 0
             else None
         )
@@ -232,22 +246,27 @@ def _queue_settled(
     cal: QueueCalibration,
     cfg: PolicyConfig,
     service_ms: float,
-    isl: float,
+    rate: float,
+    share_ms: float,
     *,
     warming: bool,
 ) -> QueueCalibration:
     """Prefill's queueing calibration with the latest traffic sample settled in, with the share of
-    the utilisation cap the ready prefill engines ran at through it (one mean prompt of ``isl``
-    tokens per ``service_ms``, the cap at the variability before the sample). ``warming``: the
-    floor still sizes prefill for the stand-in spread."""
+    the utilisation cap the ready prefill engines ran at through it (``rate`` prompt tokens/s each,
+    the cap at the variability before the sample). ``warming``: the floor still sizes prefill for
+    the stand-in spread."""
     sample = inputs.traffic
     if not cfg.calibrate_queue or sample is None or not cal.is_new(sample):
         return cal  # the cap and the histograms are read once per sample, not on every tick
     cap = max_prefill_utilisation(
-        service_ms, cfg.ttft_target_ms, cfg.target_attainment, prefill_variability(cfg, cal)
+        service_ms,
+        cfg.ttft_target_ms,
+        cfg.target_attainment,
+        prefill_variability(cfg, cal),
+        share_ms=share_ms,
     )
     r = inputs.replicas.get(PREFILL)
-    rate = prefill_rate_per_replica(service_ms, isl) * cap * (r.ready if r is not None else 0)
+    rate = rate * cap * (r.ready if r is not None else 0)
     tokens = demand_of(sample, sample.mean_isl_tokens)
     load = tokens / rate if tokens is not None and rate > 0 else 1.0
     ttft = share_within(sample.ttft_histogram, cfg.ttft_target_ms) if sample.ttft_histogram else None
@@ -406,6 +425,18 @@ def learned_decode_point(
         else:
             lo, best = mid, est
     return lo, best
+
+
+def _prefill_service(inputs: DecisionInputs, isl: float) -> tuple[float, float]:
+    """(prefill time of one mean prompt on an idle engine in ms, prompt tokens/s one engine serves
+    back to back: :func:`prefill_rate_per_replica`, with full passes when the engines report their
+    token budget)."""
+    service_ms = _prefill_service_ms(inputs, isl)
+    snap = inputs.snapshots.get(PREFILL)
+    caps = snap.capabilities if snap is not None else None
+    budget = caps.max_num_batched_tokens if caps is not None else 0
+    full_ms = _prefill_service_ms(inputs, float(budget)) if budget > 0 else 0.0
+    return service_ms, prefill_rate_per_replica(service_ms, isl, full_ms, budget)
 
 
 def _prefill_service_ms(inputs: DecisionInputs, isl: float) -> float:

@@ -9,8 +9,9 @@ prefill of (queued + own) tokens as if they were one batch; a planner that sizes
   pass of the learned pass-time model), then the chunk holding the request's own tokens.
 - :func:`max_prefill_utilisation`: the highest utilisation at which the ``quantile`` of waits still
   fits the TTFT target, from the G/G/1 exponential tail P(W > w) ~ rho * exp(-w (1 - rho) / s)
-  (s: the mean service time, here the prefill of one mean prompt; Kingman's approximation with
-  Poisson-like arrivals). Pooling over several engines only helps, so the bound is conservative.
+  (s: the mean service time, here the mean prompt's share of a busy engine, which packs the waiting
+  prompts into passes of up to ``max_num_batched_tokens``; Kingman's approximation with Poisson-like
+  arrivals). Pooling over several engines only helps, so the bound is conservative.
 """
 
 from __future__ import annotations
@@ -61,9 +62,18 @@ def wait_tail_probability(
 
 
 def max_prefill_utilisation(
-    service_ms: float, ttft_target_ms: float, quantile: float, variability: float = 2.0
+    service_ms: float,
+    ttft_target_ms: float,
+    quantile: float,
+    variability: float = 2.0,
+    *,
+    share_ms: float | None = None,
 ) -> float:
     """Highest utilisation whose ``quantile`` TTFT (wait + one service) stays within the target.
+
+    ``share_ms``: the mean prompt's share of a busy engine, the service time of the wait's tail (an
+    engine packing several prompts into each pass serves each in less than its own pass); default
+    ``service_ms``, the prompt's own prefill, which the TTFT adds to the wait.
 
     0 when one request alone misses the target (no number of engines helps it). Bisection on the
     monotone tail probability; 40 steps give 1e-12 precision.
@@ -75,11 +85,12 @@ def max_prefill_utilisation(
         return 1.0
     if allowed_wait <= 0.0:
         return 0.0
+    share = service_ms if share_ms is None or share_ms <= 0.0 else share_ms
     miss = 1.0 - quantile
     lo, hi = 0.0, 1.0
     for _ in range(40):
         mid = (lo + hi) / 2
-        if wait_tail_probability(mid, allowed_wait, service_ms, variability) <= miss:
+        if wait_tail_probability(mid, allowed_wait, share, variability) <= miss:
             lo = mid
         else:
             hi = mid
