@@ -239,6 +239,38 @@ SCENARIOS: dict[str, Scenario] = {
             peak_gpus=2.0,
             description="the smallest fleet: a slow wave rate-scaled to a 2-GPU peak (one prefill, one decode at most)",
         ),
+        # added after prefill's rate at full passes and the simulator's per-sequence attention and
+        # rate scaling by independent draws (2026-11-28), measured once, nothing set on them
+        Scenario(
+            name="tiny-prompts",
+            source="synthetic:shape=constant,rps=10,isl=150,osl=400,duration_s=3600",
+            ttft_ms=200.0,
+            itl_ms=30.0,
+            peak_gpus=6.0,
+            description="flat tiny prompts (ISL 150 / OSL 400), TTFT 200 ms / ITL 30 ms, 1 h, 6-GPU peak",
+        ),
+        Scenario(
+            name="rag-wave",
+            source="synthetic:shape=sinusoid,rps=1,peak_rps=5,period_s=2700,isl=4000,osl=200,duration_s=5400",
+            ttft_ms=800.0,
+            itl_ms=40.0,
+            peak_gpus=6.0,
+            description="retrieval-style prompts (ISL 4000 / OSL 200) on a 45-minute wave, TTFT 800 ms / ITL 40 ms, 1.5 h",
+        ),
+        Scenario(
+            name="plateaus",
+            source=(
+                "synthetic:shape=burst,rps=2,peak_rps=7,burst_every_s=1500,burst_len_s=600,isl=1200,osl=400,"
+                "duration_s=5400"
+            ),
+            description="ten-minute 3.5x plateaus every 25 minutes, ISL 1200 / OSL 400, 1.5 h",
+        ),
+        Scenario(
+            name="three-gpus-flat",
+            source="synthetic:shape=constant,rps=2,isl=2500,osl=350,duration_s=3600",
+            peak_gpus=3.0,
+            description="flat traffic on a 3-GPU peak (ISL 2500 / OSL 350), where one engine is a third of the fleet",
+        ),
     )
 }
 
