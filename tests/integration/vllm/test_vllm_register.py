@@ -162,11 +162,12 @@ async def test_real_vllm_registers_drains_and_leaves(
         assert after_r.running_requests == after_r.waiting_requests == 0, after_r
         # and its gauges: what the engine held at the fullest moment seen, at most max_num_seqs running
         # and the rest waiting (how many were in flight at once depends on the host's load: all 24 on a
-        # quiet one, a few when the API server is starved; the saturated case, 8 running and 6 waiting,
-        # is pinned by the checked-in recording in tests/unit/fpm_relay)
+        # quiet one, a few when the API server is starved; a scrape can also land while the scheduler
+        # is still admitting them, some passes after they arrived; the saturated case, 8 running and
+        # 6 waiting, is pinned by the checked-in recording in tests/unit/fpm_relay)
         reading = read_load("vllm", busy)
         assert reading.running_requests + reading.waiting_requests == most, reading
-        assert reading.running_requests == min(8, most), reading
+        assert 0 < reading.running_requests <= min(8, most), reading
         assert not {"running_requests", "waiting_requests", "kv_usage"} & set(reading.missing), reading
         assert capabilities_from_metrics("vllm", idle) is not None
         assert read_load("vllm", idle).running_requests == 0
