@@ -1,7 +1,8 @@
 """Time per forward pass: a Protocol, the reference mocker's default, and a model calibrated on profiles.
 
 Every model maps the shape of one pass, (new prefill tokens, prefill KV tokens read, number of decode
-requests, decode KV tokens), to seconds. The roofline model lives in :mod:`planner_core.engine.roofline`.
+requests, decode KV tokens, and optionally the prompt chunks' attention pairs summed per sequence), to
+seconds. The roofline model lives in :mod:`planner_core.engine.roofline`.
 """
 
 from __future__ import annotations
