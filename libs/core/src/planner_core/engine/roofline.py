@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner_core.engine.timing import attention_pairs
 from planner_core.hardware import GpuSpec
 from planner_core.modelcfg import ModelConfig, QuantConfig
 from planner_core.profiling.tp_comms import pass_comm_s
@@ -105,7 +106,7 @@ class RooflineTiming:
         if prefill_tokens <= 0 and num_decode <= 0:
             return 0.0
         t = prefill_tokens
-        chunks = t * prefill_kv_tokens + 0.5 * t * (t + 1) if prefill_pairs is None else prefill_pairs
+        chunks = attention_pairs(t, prefill_kv_tokens) if prefill_pairs is None else prefill_pairs
         pairs = chunks + decode_kv_tokens
         logits = num_decode + (1 if t > 0 else 0)
         compute = (

@@ -112,7 +112,7 @@ class CalibratedTiming:
     ) -> float:
         if prefill_tokens > 0:
             t = prefill_tokens
-            pairs = t * prefill_kv_tokens + 0.5 * t * (t + 1) if prefill_pairs is None else prefill_pairs
+            pairs = attention_pairs(t, prefill_kv_tokens) if prefill_pairs is None else prefill_pairs
             ms = self.p_base_ms + self.p_token_ms * t + self.p_attn_ms * pairs
             if num_decode > 0:
                 ms += self.d_request_ms * num_decode + self.d_kv_ms * decode_kv_tokens
