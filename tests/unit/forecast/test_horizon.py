@@ -47,6 +47,37 @@ def test_errors_are_measured_at_the_lead_in_slow_levels() -> None:
     assert s.errors[-1] == pytest.approx(0.5)  # (150 - 100) / 100
 
 
+def test_a_step_measured_on_quieter_traffic_is_re_applied_at_its_own_size() -> None:
+    # 100 -> 400: the forecasts across the step missed by about +300, three slow levels of then. Half an
+    # hour later the slow level is about 310: the step stays a scenario (+300 again), not three of
+    # today's levels (+930). (No season: a step in a noiseless series correlates with itself.)
+    cfg = replace(CFG, min_season_correlation=1.1)
+    s = feed([100.0] * 60 + [400.0] * 60, lead=4, cfg=cfg)
+    assert s.slow > 250.0
+    fc = best_forecast(s, 4, cfg, 4)
+    top = max(demand_scenarios(s, 4, cfg, 4))
+    assert fc + 150.0 <= top <= fc + 300.0 * 1.2
+
+
+def test_errors_measured_on_busier_traffic_shrink_with_it() -> None:
+    # 400 -> 100: the step's miss (-300, mirrored +300) is re-applied in today's lower slow level
+    cfg = replace(CFG, min_season_correlation=1.1)
+    s = feed([400.0] * 60 + [100.0] * 60, lead=4, cfg=cfg)
+    assert s.slow < 250.0
+    top = max(demand_scenarios(s, 4, cfg, 4))
+    assert top - best_forecast(s, 4, cfg, 4) == pytest.approx(300.0 * s.slow / 400.0, rel=0.1)
+
+
+def test_a_record_without_its_units_is_sized_in_todays_slow_level() -> None:
+    # a state saved before the units were kept: its errors count in the slow level of now
+    s = feed([100.0 + (7.0 if i % 2 else 0.0) for i in range(40)], lead=2)
+    old = replace(s, error_units=(), fast_error_units=())
+    now = replace(s, error_units=(s.slow,) * len(s.errors), fast_error_units=(s.slow,) * len(s.fast_errors))
+    assert demand_scenarios(old, 2, CFG, 2) == pytest.approx(demand_scenarios(now, 2, CFG, 2))
+    part = replace(s, error_units=s.error_units[-3:], fast_error_units=s.fast_error_units[-3:])
+    assert len(demand_scenarios(part, 2, CFG, 2)) == len(demand_scenarios(s, 2, CFG, 2))
+
+
 def test_a_rising_series_is_extrapolated_upwards() -> None:
     s = feed([100.0 + 10 * i for i in range(30)], lead=4)
     assert forecast(s, 4, CFG) > s.level  # type: ignore[operator]

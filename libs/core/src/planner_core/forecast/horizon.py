@@ -6,8 +6,10 @@ output tokens/s for decode) with a damped level + trend (Holt) over the traffic 
 the error (actual - forecast) of every forecast made ``lead`` samples earlier: an online, empirical
 (conformal) picture of the forecast's error at exactly the lead time that matters, including the
 traffic's bursts at the sample granularity. Errors are kept in units of the series' slow level (a
-long moving average), so they carry over as the traffic grows or shrinks, and a forecast near zero
-(bursty traffic between bursts) does not turn a burst into an infinite ratio. Until enough errors
+long moving average), so they shrink as the traffic does, and a forecast near zero (bursty traffic
+between bursts) does not turn a burst into an infinite ratio; an error measured on quieter traffic is
+re-applied at most at its measured size (a step up is a scenario of the same step again, not of the
+step's ratio to the level before it). Until enough errors
 are in, a prior spread stands in. A nearer step than the lead scales those errors by how much
 smaller the forecaster's errors at that step have been (:func:`step_scale`).
 
@@ -47,6 +49,9 @@ class SeriesState:
     """(sample index it is for, forecast, slow level then) of forecasts not yet settled."""
     errors: tuple[float, ...] = ()
     """(actual - forecast) / slow level at the lead time, newest last."""
+    error_units: tuple[float, ...] = ()
+    """The slow level each of ``errors`` is in (the level when its forecast was made), aligned with
+    their newest: :func:`demand_scenarios` re-applies an error at most at the size it was measured."""
     samples: int = 0
     history: tuple[float, ...] = ()
     """The latest samples (oldest first), for the seasonal forecast."""
@@ -55,11 +60,13 @@ class SeriesState:
     seasonal_pending: tuple[tuple[int, float, float], ...] = ()
     seasonal_errors: tuple[float, ...] = ()
     """Errors of the seasonal forecast at the lead, as ``errors`` are for the damped trend."""
+    seasonal_error_units: tuple[float, ...] = ()
     fast_level: float | None = None
     fast_trend: float = 0.0
     """A second, faster Holt (``fast_alpha``...): it follows a ramp that the steady one lags."""
     fast_pending: tuple[tuple[int, float, float], ...] = ()
     fast_errors: tuple[float, ...] = ()
+    fast_error_units: tuple[float, ...] = ()
     step_pending: tuple[tuple[float, ...], ...] = ()
     """(sample index it is for, steps ahead, slow level then, steady forecast, fast forecast[, seasonal
     forecast]) of the forecasts made for every step from the next sample to the lead."""
@@ -123,23 +130,29 @@ class HorizonConfig:
     traffic holds only one of them). The seasonal record spans whole seasons: taken as it is."""
 
 
+_Record = tuple[tuple[tuple[int, float, float], ...], tuple[float, ...], tuple[float, ...]]
+"""Forecasts pending, their errors (in slow levels) and the slow level each error is in."""
+
+
 def _settle(
     pending: tuple[tuple[int, float, float], ...],
     errors: tuple[float, ...],
+    units: tuple[float, ...],
     index: int,
     value: float,
     keep: int,
-) -> tuple[tuple[tuple[int, float, float], ...], tuple[float, ...]]:
+) -> _Record:
     """Score the forecasts made for sample ``index`` against its actual ``value``."""
-    errs = list(errors)
+    errs, slows = list(errors), list(units)
     left: list[tuple[int, float, float]] = []
     for idx, fc, slow in pending:
         if idx == index:
             if slow > 1e-9:
                 errs.append((value - fc) / slow)
+                slows.append(slow)
         elif idx > index:
             left.append((idx, fc, slow))
-    return tuple(left), tuple(errs[-keep:])
+    return tuple(left), tuple(errs[-keep:]), tuple(slows[-keep:])
 
 
 def _holt(
@@ -159,9 +172,14 @@ def update_series(
     """Take the actual ``value`` of sample ``index``; settle forecasts made for it; forecast
     ``lead_samples`` ahead and remember that forecast."""
     value = max(value, 0.0) if math.isfinite(value) else 0.0
-    pending, errors = _settle(s.pending, s.errors, index, value, cfg.max_errors)
-    s_pending, s_errors = _settle(s.seasonal_pending, s.seasonal_errors, index, value, cfg.max_errors)
-    f_pending, f_errors = _settle(s.fast_pending, s.fast_errors, index, value, cfg.max_errors)
+    keep = cfg.max_errors
+    pending, errors, units = _settle(s.pending, s.errors, s.error_units, index, value, keep)
+    s_pending, s_errors, s_units = _settle(
+        s.seasonal_pending, s.seasonal_errors, s.seasonal_error_units, index, value, keep
+    )
+    f_pending, f_errors, f_units = _settle(
+        s.fast_pending, s.fast_errors, s.fast_error_units, index, value, keep
+    )
     step_pending, step_mae = _settle_steps(s, index, value, lead_samples, cfg.step_memory)
     level, trend = _holt(s.level, s.trend, value, s.samples, cfg.alpha, cfg.beta, cfg.damping)
     f_level, f_trend = _holt(
@@ -178,6 +196,7 @@ def update_series(
     if period != s.period:
         # another season is another forecaster: its record is what it would have said so far
         s_pending, s_errors = (), _backtest_season(history, period, lead_samples, slow, cfg.max_errors)
+        s_units = (slow,) * len(s_errors)
         step_mae = (
             *step_mae[:_SEASONAL],
             _backtest_season_steps(history, period, lead_samples, slow, cfg.step_memory),
@@ -189,15 +208,18 @@ def update_series(
         last=value,
         pending=pending,
         errors=errors,
+        error_units=units,
         samples=s.samples + 1,
         history=history,
         period=period,
         seasonal_pending=s_pending,
         seasonal_errors=s_errors,
+        seasonal_error_units=s_units,
         fast_level=f_level,
         fast_trend=f_trend,
         fast_pending=f_pending,
         fast_errors=f_errors,
+        fast_error_units=f_units,
         step_pending=step_pending,
         step_mae=step_mae,
     )
@@ -432,19 +454,32 @@ def demand_scenarios(
 ) -> tuple[float, ...]:
     """Demand ``steps`` ahead under each measured error of the better forecast (the prior blended in
     while there are fewer than ``min_errors``). The errors are those measured at the ``lead``
-    (default: ``steps``); a nearer step scales them by :func:`step_scale`."""
+    (default: ``steps``); a nearer step scales them by :func:`step_scale`.
+
+    A measured error is re-applied in the slow level of now or of when it was measured, whichever is
+    lower: one measured on busier traffic shrinks with it, and one measured on quieter traffic is not
+    blown up (a step of +6k tokens/s on a level of 2k, three levels, is not a scenario of three times
+    the new level of 8k: at most another +6k). The stand-ins (prior, latest change) are in today's."""
+    now = max(s.slow, 0.0)
+    stand_ins: tuple[float, ...] = ()
     if uses_season(s, steps, cfg):
         fc = seasonal_forecast(s, steps) or 0.0
-        errors, kind = s.seasonal_errors, _SEASONAL
+        errors, units, kind = s.seasonal_errors, s.seasonal_error_units, _SEASONAL
     else:
         fc, errors = _trend(s, steps, cfg, lead)
-        kind = _FAST if uses_fast(s, cfg) else _STEADY
+        fast = uses_fast(s, cfg)
+        kind, units = (_FAST, s.fast_error_units) if fast else (_STEADY, s.error_units)
         if len(errors) < cfg.min_errors:
-            errors = (*prior_errors(len(errors), cfg), *_recent_change(s, steps, fc, lead or steps), *errors)
-        if cfg.symmetric:
-            errors = (*errors, *(-e for e in errors))
-    unit = max(s.slow, 0.0) * step_scale(s, kind, steps, steps if lead is None else lead, cfg)
-    return tuple(max(fc + e * unit, 0.0) for e in errors)
+            stand_ins = (*prior_errors(len(errors), cfg), *_recent_change(s, steps, fc, lead or steps))
+    # a record without its units (a state saved before they were kept) is in today's
+    units = (
+        (*(now,) * (len(errors) - len(units)), *units[max(len(units) - len(errors), 0) :]) if errors else ()
+    )
+    sized = (*(e * now for e in stand_ins), *(e * min(u, now) for e, u in zip(errors, units, strict=True)))
+    if kind != _SEASONAL and cfg.symmetric:
+        sized = (*sized, *(-x for x in sized))
+    scale = step_scale(s, kind, steps, steps if lead is None else lead, cfg)
+    return tuple(max(fc + x * scale, 0.0) for x in sized)
 
 
 def prior_errors(measured: int, cfg: HorizonConfig) -> tuple[float, ...]:
