@@ -64,7 +64,8 @@ def test_scenarios() -> None:
         "flat", "step-up", "step-down", "spikes", "slow-sinusoid", "small-fleet", "long-prompts",
         "fast-sinusoid", "small-step", "long-prompt-spikes", "flicker", "surges", "long-flat", "wide-wave",
         "chat-wave", "long-answers", "mid-step", "short-chats", "long-context-wave", "answer-bursts", "two-gpus",
-        "tiny-prompts", "rag-wave", "plateaus", "three-gpus-flat",
+        "tiny-prompts", "rag-wave", "plateaus", "three-gpus-flat", "late-rise", "small-fleet-step",
+        "long-plateau", "slow-long-wave",
     }  # fmt: skip
     assert all(is_generated(sc.source) for n, sc in SCENARIOS.items() if not n.startswith("azure"))
     assert scenario("long-prompts").ttft_ms_per_1k_isl == 100.0

@@ -271,6 +271,35 @@ SCENARIOS: dict[str, Scenario] = {
             peak_gpus=3.0,
             description="flat traffic on a 3-GPU peak (ISL 2500 / OSL 350), where one engine is a third of the fleet",
         ),
+        # added after errors re-applied at most at their measured size (2026-11-28), measured once,
+        # nothing set on them
+        Scenario(
+            name="late-rise",
+            source="synthetic:shape=step,rps=3,peak_rps=5,step_at_s=2700,isl=1500,osl=250,duration_s=5400",
+            description="a 1.7x step up after 45 minutes of flat traffic, ISL 1500 / OSL 250, 1.5 h",
+        ),
+        Scenario(
+            name="small-fleet-step",
+            source="synthetic:shape=step,rps=1,peak_rps=3,step_at_s=1800,isl=2000,osl=300,duration_s=3600",
+            peak_gpus=3.0,
+            description="a 3x step up half-way on a 3-GPU peak, 1 h",
+        ),
+        Scenario(
+            name="long-plateau",
+            source=(
+                "synthetic:shape=burst,rps=1,peak_rps=4,burst_every_s=3600,burst_len_s=1200,isl=3000,osl=300,"
+                "duration_s=5400"
+            ),
+            ttft_ms_per_1k_isl=100.0,
+            description="20-minute 4x plateaus an hour apart (the first at the start), ISL 3000 / OSL 300, ISL-scaled TTFT, 1.5 h",
+        ),
+        Scenario(
+            name="slow-long-wave",
+            source="synthetic:shape=sinusoid,rps=1,peak_rps=4,period_s=3600,isl=5000,osl=300,duration_s=7200",
+            peak_gpus=6.0,
+            ttft_ms_per_1k_isl=100.0,
+            description="long prompts (ISL 5000 / OSL 300) on an hour-long wave, ISL-scaled TTFT, 6-GPU peak, 2 h",
+        ),
     )
 }
 
