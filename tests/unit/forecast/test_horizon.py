@@ -21,6 +21,7 @@ from planner_core.forecast.horizon import (
     forecast,
     intermittent,
     prior_errors,
+    seasonal_forecast,
     step_scale,
     update_series,
 )
@@ -316,6 +317,21 @@ def test_a_seasonal_series_is_forecast_by_its_season() -> None:
     # and its measured errors are far tighter than the damped trend's
     scen = demand_scenarios(s, lead, cfg)
     assert max(scen) - min(scen) < 0.5 * (max(s.errors) - min(s.errors)) * s.slow
+
+
+def test_a_season_of_short_bursts_forecasts_their_height() -> None:
+    """Bursts two samples long every ten: a season earlier than each burst sample lies a burst sample
+    and one neighbour of each kind; their median is the burst (a mean of the three, two thirds of
+    it), and a quiet sample next to a burst stays quiet."""
+    cfg = HorizonConfig()
+    rng = random.Random(1)
+    values = [(4.0 if i % 10 < 2 else 0.6) * rng.gauss(1.0, 0.02) for i in range(60)]
+    s = feed(values, lead=5, cfg=cfg)
+    assert s.period == 20
+    # samples 60, 61 are a burst, 62 quiet
+    assert seasonal_forecast(s, 1) == pytest.approx(4.0, rel=0.1)
+    assert seasonal_forecast(s, 2) == pytest.approx(4.0, rel=0.1)
+    assert seasonal_forecast(s, 3) == pytest.approx(0.6, rel=0.15)
 
 
 def test_a_season_found_late_is_judged_on_the_history_at_once() -> None:

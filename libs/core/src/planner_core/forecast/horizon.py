@@ -320,9 +320,11 @@ def find_period(history: Sequence[float], lead_samples: int, min_correlation: fl
 
 
 def seasonal_forecast(s: SeriesState, steps: int) -> float | None:
-    """The value one season before the target sample (a 3-sample mean), shifted by how much the last
-    ``steps`` samples differ from the same samples a season earlier; None without a season or before
-    a season and the lead are in the history."""
+    """The value one season before the target sample (the median of it and its two neighbours:
+    noise is smoothed, and a burst two samples long keeps its height where a mean would spread a
+    third of it on each side), shifted by how much the last ``steps`` samples differ from the same
+    samples a season earlier; None without a season or before a season and the lead are in the
+    history."""
     return _seasonal(s.history, s.period, steps)
 
 
@@ -359,7 +361,7 @@ def _seasonal(h: Sequence[float], p: int, steps: int, n: int | None = None) -> f
     if p <= steps or n < p + steps:
         return None
     at = n - 1 + steps - p
-    base = sum(h[max(at - 1, 0) : at + 2]) / len(h[max(at - 1, 0) : at + 2])
+    base = float(np.median(h[max(at - 1, 0) : at + 2]))
     recent = sum(h[n - steps : n]) / steps
     before = sum(h[n - steps - p : n - p]) / steps
     return base + recent - before
