@@ -122,16 +122,27 @@ def test_running_fleet_grows_with_the_target_and_the_variability() -> None:
     assert (lo, hi, bursty, big_batch) == (11, 12, 13, 11)
 
 
+def _mmk_within(k: int, rho: float, wait_over_service: float) -> float:
+    """M/M/k: P(W <= w) = 1 - C(k, a) exp(-k (1 - rho) w / s), Erlang C from its closed form."""
+    a = k * rho
+    top = a**k / math.factorial(k) / (1.0 - rho)
+    c = top / (sum(a**n / math.factorial(n) for n in range(k)) + top)
+    return 1.0 - c * math.exp(-k * (1.0 - rho) * wait_over_service)
+
+
 @pytest.mark.parametrize("rho", [0.1, 0.5, 0.8, 0.95])
 @pytest.mark.parametrize("wait_over_service", [0.5, 2.0, 8.0])
-def test_queued_within_is_the_mm1_wait_below_the_fleet(rho: float, wait_over_service: float) -> None:
-    """At Poisson variability (c^2 = 2) one engine's share in time is M/M/1's exactly: P(W <= w) =
-    1 - rho exp(-(1 - rho) w / s); k engines at the same utilisation each keep it."""
+def test_queued_within_is_the_mmk_wait_below_the_fleet(rho: float, wait_over_service: float) -> None:
+    """At Poisson variability (c^2 = 2) the share in time is M/M/k's exactly (one queue of k
+    servers: a load-aware router): one engine M/M/1's, P(W <= w) = 1 - rho exp(-(1 - rho) w / s), and
+    k engines at the same utilisation keep more of their requests in time."""
     service = 200.0
     tail = QueueTail(wait_ms=wait_over_service * service, service_ms=service, variability=2.0)
     exact = 1.0 - rho * math.exp(-(1.0 - rho) * wait_over_service)
     assert queued_within(1, rho, tail) == pytest.approx(exact)
-    assert queued_within(4, 4 * rho, tail) == pytest.approx(exact)
+    for k in (2, 4, 9):
+        assert queued_within(k, k * rho, tail) == pytest.approx(_mmk_within(k, rho, wait_over_service))
+        assert queued_within(k, k * rho, tail) > exact
 
 
 def test_queued_within_edges() -> None:
@@ -160,15 +171,17 @@ def test_a_backlog_makes_every_later_request_late() -> None:
 
 @pytest.mark.parametrize("target", [0.8, 0.9, 0.99])
 @pytest.mark.parametrize("load", [0.7, 3.0, 11.5, 40.0])
-def test_one_scenario_sizes_as_the_utilisation_cap(target: float, load: float) -> None:
-    """Without a spread the queued model asks the queue's tail alone: the fewest engines whose
-    utilisation stays within the cap at the target. The excess model over engines at that cap asks
-    the target a second time: it lets the one scenario go short by the target's misses, a fleet
-    under the demand it expects (at 0.8, 80 % of it: a backlog that never drains)."""
+def test_one_scenario_sizes_as_the_queue_at_the_target(target: float, load: float) -> None:
+    """Without a spread the queued model asks the queue's tail alone: the fewest engines whose shared
+    queue (M/M/k at Poisson variability) keeps the target, no more than engines each at one engine's
+    utilisation cap. The excess model over engines at that cap asks the target a second time: it lets
+    the one scenario go short by the target's misses, a fleet under the demand it expects (at 0.8,
+    80 % of it: a backlog that never drains)."""
     tail = QueueTail(wait_ms=600.0, service_ms=300.0, variability=2.0)
     cap = max_prefill_utilisation(300.0, 900.0, target, 2.0)
     queued, _ = fewest_replicas(1.0, [load], target, tail=tail)
-    assert queued == math.ceil(load / cap - 1e-9)
+    mmk = next(k for k in range(1, 200) if k > load and _mmk_within(k, load / k, 2.0) >= target)
+    assert queued == mmk <= math.ceil(load / cap - 1e-9)
     assert fewest_replicas(cap, [load], target)[0] == math.ceil(target * load / cap - 1e-9)
 
 

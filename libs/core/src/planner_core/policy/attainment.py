@@ -76,13 +76,16 @@ def running_attainment(
 def queued_within(replicas: int, load: float, tail: QueueTail) -> float:
     """Share of the requests whose first token is in time when ``replicas`` prefill engines take a
     load of ``load`` engines' worth (prompt tokens/s over one engine's back-to-back rate): below the
-    fleet, those whose wait stays within ``tail.wait_ms`` at utilisation ``load / replicas``; at or
+    fleet, those whose wait stays within ``tail.wait_ms`` at utilisation ``load / replicas`` of
+    engines sharing the load through a load-aware router (one queue of ``replicas`` servers); at or
     beyond it none (the backlog grows through the sample and every later request waits behind it)."""
     if load <= 0.0:
         return 1.0
     if replicas <= 0 or load >= replicas or tail.wait_ms <= 0.0:
         return 0.0
-    return 1.0 - wait_tail_probability(load / replicas, tail.wait_ms, tail.service_ms, tail.variability)
+    return 1.0 - wait_tail_probability(
+        load / replicas, tail.wait_ms, tail.service_ms, tail.variability, servers=replicas
+    )
 
 
 def queued_attainment(replicas: int, per_replica: float, demands: Sequence[float], tail: QueueTail) -> float:

@@ -253,20 +253,23 @@ def _queue_settled(
 ) -> QueueCalibration:
     """Prefill's queueing calibration with the latest traffic sample settled in, with the share of
     the utilisation cap the ready prefill engines ran at through it (``rate`` prompt tokens/s each,
-    the cap at the variability before the sample). ``warming``: the floor still sizes prefill for
+    the cap of that many engines sharing one queue at the variability before the sample). ``warming``: the floor still sizes prefill for
     the stand-in spread."""
     sample = inputs.traffic
     if not cfg.calibrate_queue or sample is None or not cal.is_new(sample):
         return cal  # the cap and the histograms are read once per sample, not on every tick
+    r = inputs.replicas.get(PREFILL)
+    ready = r.ready if r is not None else 0
+    # the cap of the engines that served the sample, sharing one queue (as the floor sizes them)
     cap = max_prefill_utilisation(
         service_ms,
         cfg.ttft_target_ms,
         cfg.target_attainment,
         prefill_variability(cfg, cal),
         share_ms=share_ms,
+        servers=max(ready, 1),
     )
-    r = inputs.replicas.get(PREFILL)
-    rate = rate * cap * (r.ready if r is not None else 0)
+    rate = rate * cap * ready
     tokens = demand_of(sample, sample.mean_isl_tokens)
     load = tokens / rate if tokens is not None and rate > 0 else 1.0
     ttft = share_within(sample.ttft_histogram, cfg.ttft_target_ms) if sample.ttft_histogram else None

@@ -3,11 +3,11 @@ requests get.
 
 The predictive floor runs each prefill engine at most at the utilisation whose queueing tail keeps
 the target share of TTFTs within the target (:func:`planner_core.policy.queueing.
-max_prefill_utilisation`). That tail is a model: one engine's queue with Poisson-like arrivals
-(variability ``c^2 = c_a^2 + c_s^2``, 2 by default). Behind a router that sends each request to the
-least-loaded engine the real tail is lighter (the engines pool their idle time); traffic that comes
-in bursts within a sample makes it heavier. And the forecast's spread is then covered to the target
-too, so on steady traffic the floor asks the knob twice and over-delivers.
+max_prefill_utilisation`). That tail is a model: the engines' shared queue behind a load-aware router
+with Poisson-like arrivals (variability ``c^2 = c_a^2 + c_s^2``, 2 by default). A router that does
+not balance by load makes the real tail heavier, and so does traffic that comes in bursts within a
+sample (10 s bursts every 40 s look flat at 30 s samples). And the forecast's spread is then covered
+to the target too, so on steady traffic the floor asks the knob twice and over-delivers.
 
 The traffic samples carry the requests' TTFT and ITL histograms (vLLM's buckets). This keeps a
 log-scale ``l`` on the variability, ``c^2 = arrival_variability x exp(l)``, adapted as adaptive

@@ -11,7 +11,13 @@ prefill of (queued + own) tokens as if they were one batch; a planner that sizes
   fits the TTFT target, from the G/G/1 exponential tail P(W > w) ~ rho * exp(-w (1 - rho) / s)
   (s: the mean service time, here the mean prompt's share of a busy engine, which packs the waiting
   prompts into passes of up to ``max_num_batched_tokens``; Kingman's approximation with Poisson-like
-  arrivals). Pooling over several engines only helps, so the bound is conservative.
+  arrivals).
+- :func:`wait_tail_probability` with ``servers`` k: the same tail for k engines behind a router that
+  sends each request to the engine with the least work outstanding (the simulator's; vLLM production
+  stack, llm-d and Dynamo route by load too), as one queue of k servers: a request waits with the
+  Erlang C probability instead of rho, and a wait drains k times faster (P(W > w) ~ C(k, k rho) *
+  exp(-2 k w (1 - rho) / (s c^2)), the multi-server heavy-traffic approximation). Three engines of
+  3,000-token prompts hold 99 % of TTFTs at 87 % busy where one holds them at 64 %.
 """
 
 from __future__ import annotations
@@ -44,13 +50,29 @@ def queued_ttft_ms(
     return t * 1000.0
 
 
+def erlang_c(servers: int, offered: float) -> float:
+    """Probability that a request waits in a queue of ``servers`` servers under ``offered`` servers'
+    worth of load (Erlang C; ``offered / servers`` for one server; 1 at or beyond the servers)."""
+    if servers <= 0 or offered >= servers:
+        return 1.0
+    if offered <= 0.0:
+        return 0.0
+    blocked = 1.0  # Erlang B, by its recursion over the servers (stable for any size)
+    for n in range(1, servers + 1):
+        blocked = offered * blocked / (n + offered * blocked)
+    rho = offered / servers
+    return blocked / (1.0 - rho * (1.0 - blocked))
+
+
 def wait_tail_probability(
-    utilisation: float, wait_ms: float, service_ms: float, variability: float = 2.0
+    utilisation: float, wait_ms: float, service_ms: float, variability: float = 2.0, servers: int = 1
 ) -> float:
-    """P(wait > wait_ms) at this utilisation, exponential-tail approximation (0 when idle).
+    """P(wait > wait_ms) at this utilisation of each of ``servers`` engines that share one queue,
+    exponential-tail approximation (0 when idle).
 
     ``variability`` = c_a^2 + c_s^2 (squared coefficients of variation of inter-arrival and service
-    times; 2 for Poisson arrivals and exponential service): the tail decays at 2 (1 - rho) / (s c^2).
+    times; 2 for Poisson arrivals and exponential service): the tail decays at
+    2 k (1 - rho) / (s c^2), from the Erlang C probability of waiting at all (rho for one engine).
     """
     rho = min(max(utilisation, 0.0), 1.0)
     if rho <= 0.0:
@@ -58,7 +80,8 @@ def wait_tail_probability(
     if rho >= 1.0 or service_ms <= 0.0:
         return 1.0 if rho >= 1.0 else 0.0
     c2 = max(variability, 1e-6)
-    return rho * math.exp(-2.0 * max(wait_ms, 0.0) * (1.0 - rho) / (service_ms * c2))
+    k = max(servers, 1)
+    return erlang_c(k, k * rho) * math.exp(-2.0 * k * max(wait_ms, 0.0) * (1.0 - rho) / (service_ms * c2))
 
 
 def max_prefill_utilisation(
@@ -68,12 +91,14 @@ def max_prefill_utilisation(
     variability: float = 2.0,
     *,
     share_ms: float | None = None,
+    servers: int = 1,
 ) -> float:
     """Highest utilisation whose ``quantile`` TTFT (wait + one service) stays within the target.
 
     ``share_ms``: the mean prompt's share of a busy engine, the service time of the wait's tail (an
     engine packing several prompts into each pass serves each in less than its own pass); default
-    ``service_ms``, the prompt's own prefill, which the TTFT adds to the wait.
+    ``service_ms``, the prompt's own prefill, which the TTFT adds to the wait. ``servers``: engines
+    sharing the load behind a load-aware router (:func:`wait_tail_probability`).
 
     0 when one request alone misses the target (no number of engines helps it). Bisection on the
     monotone tail probability; 40 steps give 1e-12 precision.
@@ -90,7 +115,7 @@ def max_prefill_utilisation(
     lo, hi = 0.0, 1.0
     for _ in range(40):
         mid = (lo + hi) / 2
-        if wait_tail_probability(mid, allowed_wait, share, variability) <= miss:
+        if wait_tail_probability(mid, allowed_wait, share, variability, servers) <= miss:
             lo = mid
         else:
             hi = mid
