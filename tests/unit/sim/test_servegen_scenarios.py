@@ -65,7 +65,7 @@ def test_scenarios() -> None:
         "fast-sinusoid", "small-step", "long-prompt-spikes", "flicker", "surges", "long-flat", "wide-wave",
         "chat-wave", "long-answers", "mid-step", "short-chats", "long-context-wave", "answer-bursts", "two-gpus",
         "tiny-prompts", "rag-wave", "plateaus", "three-gpus-flat", "late-rise", "small-fleet-step",
-        "long-plateau", "slow-long-wave",
+        "long-plateau", "slow-long-wave", "small-bursts", "slow-chat-wave", "long-prompt-flicker",
     }  # fmt: skip
     assert all(is_generated(sc.source) for n, sc in SCENARIOS.items() if not n.startswith("azure"))
     assert scenario("long-prompts").ttft_ms_per_1k_isl == 100.0

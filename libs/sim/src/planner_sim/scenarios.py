@@ -271,8 +271,8 @@ SCENARIOS: dict[str, Scenario] = {
             peak_gpus=3.0,
             description="flat traffic on a 3-GPU peak (ISL 2500 / OSL 350), where one engine is a third of the fleet",
         ),
-        # added after errors re-applied at most at their measured size (2026-11-28), measured once,
-        # nothing set on them
+        # added after errors re-applied at most at their measured size (2026-11-28), before the two
+        # changes below, measured once after them, nothing set on them
         Scenario(
             name="late-rise",
             source="synthetic:shape=step,rps=3,peak_rps=5,step_at_s=2700,isl=1500,osl=250,duration_s=5400",
@@ -299,6 +299,34 @@ SCENARIOS: dict[str, Scenario] = {
             peak_gpus=6.0,
             ttft_ms_per_1k_isl=100.0,
             description="long prompts (ISL 5000 / OSL 300) on an hour-long wave, ISL-scaled TTFT, 6-GPU peak, 2 h",
+        ),
+        # added after the seasonal median and prefill's shared queue (2026-11-28), measured once,
+        # nothing set on them
+        Scenario(
+            name="small-bursts",
+            source=(
+                "synthetic:shape=burst,rps=1,peak_rps=4,burst_every_s=600,burst_len_s=90,isl=1500,osl=300,"
+                "duration_s=3600"
+            ),
+            peak_gpus=3.0,
+            description="90-second 4x bursts every 10 minutes on a 3-GPU peak, ISL 1500 / OSL 300, 1 h",
+        ),
+        Scenario(
+            name="slow-chat-wave",
+            source="synthetic:shape=sinusoid,rps=2,peak_rps=10,period_s=5400,isl=800,osl=600,duration_s=7200",
+            ttft_ms=300.0,
+            itl_ms=30.0,
+            description="chat (ISL 800 / OSL 600) on a 90-minute wave, TTFT 300 ms / ITL 30 ms, 2 h",
+        ),
+        Scenario(
+            name="long-prompt-flicker",
+            source=(
+                "synthetic:shape=burst,rps=0.5,peak_rps=2,burst_every_s=120,burst_len_s=20,isl=6000,osl=200,"
+                "duration_s=3600"
+            ),
+            peak_gpus=4.0,
+            ttft_ms_per_1k_isl=100.0,
+            description="20-second 4x bursts of long prompts (ISL 6000) every 2 minutes, ISL-scaled TTFT, 4-GPU peak",
         ),
     )
 }
