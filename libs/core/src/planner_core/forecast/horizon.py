@@ -9,9 +9,9 @@ traffic's bursts at the sample granularity. Errors are kept in units of the seri
 long moving average), so they shrink as the traffic does, and a forecast near zero (bursty traffic
 between bursts) does not turn a burst into an infinite ratio; an error measured on quieter traffic is
 re-applied at most at its measured size (a step up is a scenario of the same step again, not of the
-step's ratio to the level before it). Until enough errors
-are in, a prior spread stands in. A nearer step than the lead scales those errors by how much
-smaller the forecaster's errors at that step have been (:func:`step_scale`).
+step's ratio to the level before it). Until enough errors are in, a prior spread stands in. A nearer
+step than the lead scales those errors by how much smaller the forecaster's errors at that step have
+been (:func:`step_scale`).
 
 The predictor publishes, per step ahead, the forecast and the demand under each measured error
 (:func:`demand_scenarios`) as a :class:`~planner_proto.demand.DemandForecast`
