@@ -26,6 +26,8 @@ import math
 from collections.abc import Callable
 from statistics import NormalDist
 
+from scipy.special import gammaincc
+
 PassTime = Callable[[float], float]
 """Seconds of one prefill pass computing this many prompt tokens."""
 
@@ -57,9 +59,10 @@ def erlang_c(servers: int, offered: float) -> float:
         return 1.0
     if offered <= 0.0:
         return 0.0
-    blocked = 1.0  # Erlang B, by its recursion over the servers (stable for any size)
-    for n in range(1, servers + 1):
-        blocked = offered * blocked / (n + offered * blocked)
+    # Erlang B = P(N = k) / P(N <= k) for N ~ Poisson(offered), in constant time for any fleet (the
+    # floor asks it for every candidate size and demand scenario); P(N <= k) = Q(k + 1, offered)
+    pmf = math.exp(servers * math.log(offered) - offered - math.lgamma(servers + 1))
+    blocked = min(pmf / float(gammaincc(servers + 1, offered)), 1.0)
     rho = offered / servers
     return blocked / (1.0 - rho * (1.0 - blocked))
 
