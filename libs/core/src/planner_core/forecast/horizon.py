@@ -414,19 +414,21 @@ def uses_fast(s: SeriesState, cfg: HorizonConfig) -> bool:
 
 def _trend(
     s: SeriesState, steps: int, cfg: HorizonConfig, lead: int | None = None
-) -> tuple[float, tuple[float, ...]]:
-    """The trend forecaster in use: its forecast and its measured errors. While the demand is
+) -> tuple[float, tuple[float, ...], tuple[float, ...], int]:
+    """The trend forecaster in use: its forecast, its measured errors, their units and which it is
+    (``_FAST`` or ``_STEADY``). While the demand is
     :func:`intermittent` over the ``lead`` (default: ``steps``), the forecast is at most the largest
     sample in the history: on on-off traffic a burst's rise is no trend, and extrapolated it
     forecasts bursts larger than any seen (on the Azure code trace at 240 s, 129k prompt tokens/s
     from a burst of 56k -> 83k, the largest ever 83k). Its errors are still measured against the
     forecaster as it is (their mirror images keep sizing the next burst)."""
-    fast = uses_fast(s, cfg)
-    fc = fast_forecast(s, steps, cfg, lead) if fast else forecast(s, steps, cfg)
-    errors = s.fast_errors if fast else s.errors
+    if uses_fast(s, cfg):
+        fc, errors, units, kind = fast_forecast(s, steps, cfg, lead), s.fast_errors, s.fast_error_units, _FAST
+    else:
+        fc, errors, units, kind = forecast(s, steps, cfg), s.errors, s.error_units, _STEADY
     if s.history and intermittent(s, steps if lead is None else lead):
         fc = min(fc, max(s.history))
-    return fc, errors
+    return fc, errors, units, kind
 
 
 def uses_season(s: SeriesState, steps: int, cfg: HorizonConfig) -> bool:
@@ -468,9 +470,7 @@ def demand_scenarios(
         fc = seasonal_forecast(s, steps) or 0.0
         errors, units, kind = s.seasonal_errors, s.seasonal_error_units, _SEASONAL
     else:
-        fc, errors = _trend(s, steps, cfg, lead)
-        fast = uses_fast(s, cfg)
-        kind, units = (_FAST, s.fast_error_units) if fast else (_STEADY, s.error_units)
+        fc, errors, units, kind = _trend(s, steps, cfg, lead)
         if len(errors) < cfg.min_errors:
             stand_ins = (*prior_errors(len(errors), cfg), *_recent_change(s, steps, fc, lead or steps))
     # a record without its units (a state saved before they were kept) is in today's

@@ -253,8 +253,8 @@ def _queue_settled(
 ) -> QueueCalibration:
     """Prefill's queueing calibration with the latest traffic sample settled in, with the share of
     the utilisation cap the ready prefill engines ran at through it (``rate`` prompt tokens/s each,
-    the cap of that many engines sharing one queue at the variability before the sample). ``warming``: the floor still sizes prefill for
-    the stand-in spread."""
+    the cap of that many engines sharing one queue at the variability before the sample).
+    ``warming``: the floor still sizes prefill for the stand-in spread."""
     sample = inputs.traffic
     if not cfg.calibrate_queue or sample is None or not cal.is_new(sample):
         return cal  # the cap and the histograms are read once per sample, not on every tick
