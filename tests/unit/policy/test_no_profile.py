@@ -4,6 +4,7 @@ simulated minutes, the learned model as the regression publishes it (ComponentSn
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -33,7 +34,7 @@ ISL, OSL = 1000.0, 200.0
 EST = SnapshotEstimator()
 
 
-def _snap(now_s: float, running: list[int]) -> ComponentSnapshot:
+def _snap(now_s: float, running: list[int], model: LatencyModel = DECODE_MODEL) -> ComponentSnapshot:
     ctx = ISL + OSL / 2
     workers = []
     for i, n in enumerate(running):
@@ -54,7 +55,7 @@ def _snap(now_s: float, running: list[int]) -> ComponentSnapshot:
         component="decode",  # type: ignore[arg-type]
         issued_at_s=now_s,
         workers=workers,
-        model=DECODE_MODEL,
+        model=model,
         capabilities=CAPS,
         avg_isl_tokens=ISL,
         avg_decode_length_tokens=ISL + OSL / 2,
@@ -75,7 +76,11 @@ def _bare(now_s: float, n: int) -> ComponentSnapshot:
 
 
 def _run(
-    req_per_s: float, minutes: float, cfg: PolicyConfig, capacity: CapacityModel | None = None
+    req_per_s: float,
+    minutes: float,
+    cfg: PolicyConfig,
+    capacity: CapacityModel | None = None,
+    model: LatencyModel = DECODE_MODEL,
 ) -> tuple[list[int], dict[str, float]]:
     """Decode replicas over time: ``req_per_s`` requests of ISL/OSL spread over the ready engines
     (Little: running = rate x duration, a request decoding OSL tokens at ~20 ms each)."""
@@ -96,7 +101,7 @@ def _run(
         inputs = DecisionInputs(
             replicas={"decode": ComponentReplicas(desired=ready, ready=ready)},
             traffic=traffic if start >= 0 else None,
-            snapshots={"decode": _snap(t, running)},
+            snapshots={"decode": _snap(t, running, model)},
             estimator=EST,
             capacity=capacity,
         )
@@ -137,17 +142,40 @@ def test_heavy_load_keeps_the_engines_without_profile() -> None:
     assert min(seen[len(seen) // 2 :]) >= 3, seen
 
 
-def test_profiled_pool_never_consults_the_learned_rate(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With a profile the decode floor is the profile's: the learned-model fallback is not even
-    called, so every profiled scenario (and the bench frontier) decides exactly as before it."""
+def test_a_profiled_pool_sizes_decode_from_the_engines_own_passes_once_fitted() -> None:
+    """The profile says one engine serves 4,000 tokens/s within 50 ms; the engines' own passes (the
+    fitted model) say 612. At 1,200 tokens/s the floor keeps the learned model's three engines where
+    the profile alone gives one: what the engines do, not what a profile of other engines said."""
+    cfg = PolicyConfig(max_gpu_budget=-1)
+    seen, diag = _run(6.0, 20, cfg, _profile())
+    assert min(seen[len(seen) // 2 :]) >= 3, seen
+    assert diag["decode.predictive.learned_rate"] == 1.0 and diag["decode.predictive_floor"] >= 3
+    assert diag["decode.predictive.itl_target_corrected_ms"] == cfg.itl_target_ms
+    profiled, pdiag = _run(6.0, 20, PolicyConfig(max_gpu_budget=-1, learned_decode=False), _profile())
+    assert pdiag["decode.predictive.learned_rate"] == 0.0
+    assert pdiag["decode.predictive_floor"] == 1.0 and profiled[-1] == 1, profiled
+
+
+def test_until_the_model_is_fitted_the_profile_sizes_decode() -> None:
+    """A model not fitted yet says nothing: the profile sizes the floor (one engine for 1,200
+    tokens/s at 4,000 each), as it did before the learned model was consulted first."""
+    unfit = msgspec.structs.replace(DECODE_MODEL, ready=False, num_samples=3)
+    seen, diag = _run(6.0, 20, PolicyConfig(max_gpu_budget=-1), _profile(), unfit)
+    assert diag["decode.predictive.learned_rate"] == 0.0
+    assert diag["decode.predictive_floor"] == 1.0 and seen[-1] == 1, seen
+
+
+def test_learned_decode_off_never_consults_the_learned_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``learned_decode: false`` with a profile: the learned rate is not even called."""
     import planner_core.policy.predictive as predictive
 
     def boom(*args: object, **kwargs: object) -> float:
-        raise AssertionError("the learned decode rate consulted although a profile exists")
+        raise AssertionError("the learned decode rate consulted although learned_decode is off")
 
     monkeypatch.setattr(predictive, "learned_decode_rate", boom)
     monkeypatch.setattr(predictive, "learned_decode_point", boom)
-    seen, diag = _run(1.0, 20, PolicyConfig(max_gpu_budget=-1), _profile())
+    cfg = PolicyConfig(max_gpu_budget=-1, learned_decode=False)
+    seen, diag = _run(1.0, 20, cfg, _profile())
     assert "decode.predictive_floor" in diag and seen[-1] >= 1
 
 

@@ -147,6 +147,14 @@ class PolicyConfig:
     errors are measured (the stand-in spread before is a guess: its low scenarios earn no credit).
     False: the forecast's spread at the target over engines capped at the utilisation whose tail
     keeps the target, a shortfall losing its excess only."""
+    learned_decode: bool = True
+    """Predictive floor: one decode engine's rate and batch at the ITL target from the learned
+    model (the regression over the engines' own passes) once it is fitted, as prefill's service
+    time is; the profile, read at the ITL target over the observed correction factor, until then.
+    The correction is one ratio of the mean ITL observed to the profile's at the current load, and
+    the load it is measured at is not the load the floor sizes for (through a wave's trough it
+    stretched a 30 ms target to 43 ms, and the next peak's ITLs missed). False: the profile
+    whenever there is one."""
     decode_variability: Positive = 1.0
     """With ``decode_staffing``: the variance of the running decode requests over their mean (1: a
     Poisson count, what Poisson arrivals give whatever the requests' lengths; bursty arrivals raise

@@ -20,10 +20,13 @@ still reacts above it to what the engines report.
   counting as served the share of its requests whose wait at the utilisation it puts ``k`` engines
   at stays within the target, and none beyond the fleet (a backlog)
   (:func:`planner_core.policy.attainment.queued_attainment`).
-- decode: the profile's best output tokens/s per GPU at the (corrected) ITL target and the mean
-  context; without a profile, the learned model's (:func:`learned_decode_rate`: the largest batch
-  whose predicted ITL meets the target, over that ITL), so a pool that was never profiled still
-  gets a floor and consolidates on load. A fleet of ``k`` engines keeps ``h sqrt(k)`` engines
+- decode: the learned model's rate once it is fitted (:func:`learned_decode_rate`: the largest batch
+  whose predicted ITL meets the target, over that ITL; ``learned_decode``), as prefill's service
+  time is: the regression over the engines' own passes knows their speed at every load, where the
+  profile's correction factor is one ratio measured at the current load. Until it is fitted (or
+  with ``learned_decode`` off), the profile's best output tokens/s per GPU at the (corrected) ITL
+  target and the mean context. A pool that was never profiled still gets a floor and consolidates
+  on load. A fleet of ``k`` engines keeps ``h sqrt(k)`` engines
   spare (square-root staffing: the router spreads the running requests, so the fluctuation the
   spare absorbs grows with the square root of the load), ``h = 1 - decode_max_utilisation``
   (``decode_pooled_headroom``). With ``decode_staffing`` there is no fixed spare: the
@@ -150,19 +153,20 @@ def predictive_floor(
         capacity[PREFILL] = _offered(per, 0.0)
     engine_thpt: float | None = None
     batch = math.nan
-    itl_target = cfg.itl_target_ms / decode_correction if decode_correction > 0 else cfg.itl_target_ms
-    if DECODE in comps and inputs.capacity is not None:
+    itl_target = cfg.itl_target_ms
+    learned = False
+    if DECODE in comps and inputs.estimator is not None and (cfg.learned_decode or inputs.capacity is None):
+        # one engine's rate from the model learned on the running engines' passes
+        b, itl_ms = learned_decode_point(inputs.snapshots.get(DECODE), inputs.estimator, isl, osl, itl_target)
+        if b > 0:
+            learned, batch, engine_thpt = True, float(b), b / (itl_ms / 1000.0)
+    if DECODE in comps and inputs.capacity is not None and not learned:
+        itl_target = cfg.itl_target_ms / decode_correction if decode_correction > 0 else cfg.itl_target_ms
         engine_thpt = (
             inputs.capacity.decode.best_thpt_per_gpu(itl_target, isl + osl / 2) * cfg.gpus_per_decode
         )
         if cfg.decode_staffing:
             batch = inputs.capacity.decode.best_batch(itl_target, isl + osl / 2)
-    elif DECODE in comps and inputs.estimator is not None:
-        # ours: no profile: one engine's rate from the model learned on the running engines
-        batch, itl_ms = learned_decode_point(
-            inputs.snapshots.get(DECODE), inputs.estimator, isl, osl, itl_target
-        )
-        engine_thpt = batch / (itl_ms / 1000.0) if batch > 0 else None
     dec_variability = cfg.decode_variability
     if engine_thpt is not None and dec is not None:
         dec_cfg = _cold(cfg, dec)
@@ -181,7 +185,7 @@ def predictive_floor(
             per, pooled = engine_thpt * cfg.decode_max_utilisation, 0.0
         dec_extra: Diagnostics = {
             "itl_target_corrected_ms": itl_target,
-            "learned_rate": float(inputs.capacity is None),
+            "learned_rate": float(learned),
             "batch_at_target": batch if staffed else 0.0,
         }
         if staffed:
