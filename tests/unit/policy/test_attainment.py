@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from planner_core.policy.attainment import (
     QueueTail,
@@ -42,6 +44,41 @@ def test_fewest_replicas_meets_the_target_and_one_less_does_not() -> None:
     assert predicted_attainment((n - 1) * 100.0, demands) < 0.99
     assert cands[n] >= 0.99
     assert n - 1 in cands and n + 1 in cands
+
+
+def _scanned(per: float, demands: list[float], target: float, lo: int, hi: int, **kw: object) -> int:
+    """The fewest replicas by a scan from ``lo`` up, one fleet at a time."""
+    n = lo
+    while n < hi and fewest_replicas(per, demands, target, minimum=n, maximum=n + 1, **kw)[1][n] < target:  # type: ignore[arg-type]
+        n += 1
+    return n
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    demands=st.lists(st.floats(0.0, 50_000.0), min_size=1, max_size=12),
+    per=st.floats(50.0, 2_000.0),
+    target=st.sampled_from([0.8, 0.9, 0.95, 0.99, 0.995]),
+    minimum=st.integers(0, 4),
+    span=st.integers(0, 400),
+    mode=st.sampled_from(["excess", "pooled", "running", "queued"]),
+)
+def test_fewest_replicas_finds_what_a_scan_from_the_minimum_finds(
+    demands: list[float], per: float, target: float, minimum: int, span: int, mode: str
+) -> None:
+    """The search over fleet sizes (galloping, then halving) returns the fleet a scan one by one from
+    the minimum returns, in every attainment model, up to fleets of hundreds, and the maximum when
+    none reaches the target."""
+    kw: dict[str, object] = {
+        "excess": {},
+        "pooled": {"pooled_headroom": 0.25},
+        "running": {"batch": 64.0, "variability": 1.5},
+        "queued": {"tail": QueueTail(wait_ms=300.0, service_ms=40.0, variability=2.0)},
+    }[mode]
+    maximum = minimum + span
+    n, cands = fewest_replicas(per, demands, target, minimum=minimum, maximum=maximum, **kw)  # type: ignore[arg-type]
+    assert n == _scanned(per, demands, target, minimum, maximum, **kw)
+    assert n in cands
 
 
 def test_fewest_replicas_cheaper_at_a_lower_target() -> None:

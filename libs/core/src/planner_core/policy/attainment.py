@@ -143,8 +143,28 @@ def fewest_replicas(
             return running_attainment(k, per_replica, demands, batch, variability)
         return predicted_attainment(per_replica * pooled_capacity(k, pooled_headroom), demands)
 
-    n = minimum
-    while n < maximum and att(n) < target:
-        n += 1
-    candidates = {k: att(k) for k in range(max(minimum, n - 2), min(maximum, n + 2) + 1)}
+    seen: dict[int, float] = {}
+
+    def met(k: int) -> bool:
+        if k not in seen:
+            seen[k] = att(k)
+        return seen[k] >= target
+
+    # the attainment grows with the fleet: gallop up from the minimum, then halve the last step (a
+    # fleet of hundreds is sized in a dozen evaluations, not hundreds)
+    lo, step = minimum, 1  # lo: the largest fleet known short (or the minimum, unchecked)
+    if met(lo) or lo >= maximum:
+        n = lo
+    else:
+        hi = min(lo + step, maximum)
+        while hi < maximum and not met(hi):
+            lo, step = hi, step * 2
+            hi = min(lo + step, maximum)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if met(mid) else (mid, hi)
+        n = hi
+    candidates = {
+        k: seen[k] if k in seen else att(k) for k in range(max(minimum, n - 2), min(maximum, n + 2) + 1)
+    }
     return n, candidates
