@@ -328,6 +328,40 @@ SCENARIOS: dict[str, Scenario] = {
             ttft_ms_per_1k_isl=100.0,
             description="20-second 4x bursts of long prompts (ISL 6000) every 2 minutes, ISL-scaled TTFT, 4-GPU peak",
         ),
+        # added after decode's rate from the learned model (2026-11-28), measured once, nothing set on
+        # them
+        Scenario(
+            name="answer-wave",
+            source="synthetic:shape=sinusoid,rps=1.5,peak_rps=8,period_s=2400,isl=400,osl=1200,duration_s=7200",
+            peak_gpus=6.0,
+            ttft_ms=400.0,
+            itl_ms=35.0,
+            description="long answers (ISL 400 / OSL 1200) on a 40-minute wave, TTFT 400 ms / ITL 35 ms, 6-GPU peak, 2 h",
+        ),
+        Scenario(
+            name="answer-step-down",
+            source="synthetic:shape=step,rps=6,peak_rps=2,step_at_s=2400,isl=600,osl=900,duration_s=5400",
+            ttft_ms=500.0,
+            itl_ms=40.0,
+            description="decode-heavy traffic (ISL 600 / OSL 900) stepping down 3x after 40 minutes, ITL 40 ms, 1.5 h",
+        ),
+        Scenario(
+            name="tight-itl-flat",
+            source="synthetic:shape=constant,rps=5,isl=1000,osl=500,duration_s=3600",
+            peak_gpus=4.0,
+            ttft_ms=300.0,
+            itl_ms=25.0,
+            description="flat chat (ISL 1000 / OSL 500) at a tight ITL of 25 ms, TTFT 300 ms, 4-GPU peak, 1 h",
+        ),
+        Scenario(
+            name="small-answer-bursts",
+            source=(
+                "synthetic:shape=burst,rps=1,peak_rps=3,burst_every_s=900,burst_len_s=120,isl=500,osl=800,"
+                "duration_s=3600"
+            ),
+            peak_gpus=3.0,
+            description="2-minute 3x bursts of long answers (ISL 500 / OSL 800) every 15 minutes, 3-GPU peak, 1 h",
+        ),
     )
 }
 
