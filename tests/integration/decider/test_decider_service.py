@@ -258,6 +258,18 @@ async def test_the_predictive_floor_sizes_for_the_predictors_demand_forecast(
             )
         # nor a first token been timed: prefill's queue is sized with the variability as set
         assert dec.metric("planner_decider_prefill_queue_variability") == dec.svc.cfg.arrival_variability
+        # no engine's passes fitted: decode's rate is the profile's, exported as such
+        rate = sized["decode"].diagnostics["per_replica_tok_per_s"]
+        await wait_until(
+            lambda: (
+                dec.metric("planner_decider_decode_engine_rate_tokens_per_second", {"source": "profile"})
+                == pytest.approx(rate)
+            ),
+            5,
+        )
+        assert dec.metric("planner_decider_decode_batch_at_target") == pytest.approx(
+            sized["decode"].diagnostics["batch_at_target"]
+        )
 
         # no newer forecast for longer than two of its intervals: missing, the last floor stands
         missing = {"state": "missing"}

@@ -245,3 +245,35 @@ def test_the_slo_counters_count_the_requests_within_the_deciders_targets() -> No
     assert value("planner_slo_requests_total", "itl") == 40.0
     assert value("planner_slo_requests_within_target_total", "itl") == 38.0
     assert value("planner_slo_histograms_invalid_total", "ttft") == 1.0  # the broken one: counted, dropped
+
+
+def test_decodes_rate_is_exported_by_its_source_and_the_last_one_stands() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from planner_decider.metrics import DeciderMetrics
+
+    r = CollectorRegistry()
+    m = DeciderMetrics(r)
+    name, batch = (
+        "planner_decider_decode_engine_rate_tokens_per_second",
+        "planner_decider_decode_batch_at_target",
+    )
+    m.observe_decode_rate(
+        {"decode.predictive.per_replica_tok_per_s": 3000.0, "decode.predictive.batch_at_target": 107.0}
+    )
+    assert r.get_sample_value(name, {"source": "profile"}) == 3000.0
+    assert r.get_sample_value(batch) == 107.0
+    learned = {
+        "decode.predictive.per_replica_tok_per_s": 2850.0,
+        "decode.predictive.learned_rate": 1.0,
+        "decode.predictive.batch_at_target": 105.0,
+    }
+    m.observe_decode_rate(learned)
+    # one source at a time: the profile's rate is gone once the learned model sizes decode
+    assert r.get_sample_value(name, {"source": "learned"}) == 2850.0
+    assert r.get_sample_value(name, {"source": "profile"}) is None
+    assert r.get_sample_value(batch) == 105.0
+    # a tick whose floor did not size decode (no rate, or not a number) leaves the last values
+    m.observe_decode_rate({})
+    m.observe_decode_rate({"decode.predictive.per_replica_tok_per_s": float("nan")})
+    assert r.get_sample_value(name, {"source": "learned"}) == 2850.0

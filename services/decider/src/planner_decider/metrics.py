@@ -89,6 +89,21 @@ class DeciderMetrics:
             " missed than the target attainment allows, the engines run hotter)",
             registry=r,
         )
+        self.decode_rate = Gauge(
+            "planner_decider_decode_engine_rate_tokens_per_second",
+            "Output tokens/s one decode engine serves within the ITL target, as the predictive floor"
+            " sizes decode with it, by source (learned: the regression over the engines' own passes;"
+            " profile: the profile at the ITL target over the observed correction, until the model is"
+            " fitted or with learned_decode off)",
+            ["source"],
+            registry=r,
+        )
+        self.decode_batch = Gauge(
+            "planner_decider_decode_batch_at_target",
+            "Running requests one decode engine holds within the ITL target, as the predictive floor"
+            " sizes decode's running count with it (decode_staffing)",
+            registry=r,
+        )
         self.learned_saves = Counter(
             "planner_decider_learned_state_saves",
             "Saves of what the policy learned (correction factors, queueing variability, spread scales)"
@@ -171,6 +186,19 @@ class DeciderMetrics:
 
     def observe_queue(self, variability: float) -> None:
         self.queue_variability.set(variability)
+
+    def observe_decode_rate(self, diagnostics: Mapping[str, float]) -> None:
+        """Decode's per-engine rate and batch from the floor's diagnostics (nothing when the floor
+        did not size decode this tick: the last values stand)."""
+        rate = diagnostics.get("decode.predictive.per_replica_tok_per_s")
+        if rate is None or not math.isfinite(rate):
+            return
+        source = "learned" if diagnostics.get("decode.predictive.learned_rate", 0.0) > 0 else "profile"
+        self.decode_rate.clear()
+        self.decode_rate.labels(source).set(rate)
+        batch = diagnostics.get("decode.predictive.batch_at_target", 0.0)
+        if math.isfinite(batch) and batch > 0:
+            self.decode_batch.set(batch)
 
     def observe_slo(self, sample: TrafficSample, ttft_target_ms: float, itl_target_ms: float) -> None:
         """The sample's requests measured against the targets (nothing for a sample without

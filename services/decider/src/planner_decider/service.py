@@ -413,6 +413,8 @@ class DeciderService(Service[DeciderSettings]):
         self.metrics.observe_latency(snaps)
         self.metrics.observe_calibration(self.policy_state.predictive.calibration)
         self.metrics.observe_queue(prefill_variability(self.cfg, self.policy_state.predictive.queue))
+        if out.result is not None:
+            self.metrics.observe_decode_rate(out.result.diagnostics)
         desired = dict(out.result.desired) if out.result is not None else {}
         for c, n in desired.items():
             self.metrics.desired.labels(c).set(n)
