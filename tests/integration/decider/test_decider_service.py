@@ -249,7 +249,7 @@ async def test_the_predictive_floor_sizes_for_the_predictors_demand_forecast(
             replicas={c: ComponentReplicas(desired=1, ready=1) for c in ("prefill", "decode")},
             demand=fc, capacity=load_capacity(tmp_path),
         )  # fmt: skip
-        sized, _, _ = predictive_floor(inputs, PredictiveState(), dec.svc.cfg, 1.0)
+        sized, sized_state, _ = predictive_floor(inputs, PredictiveState(), dec.svc.cfg, 1.0)
         assert dec.svc.policy_state.predictive.floor == {c: r.target for c, r in sized.items()}
         # no traffic sample has settled a floor yet: the whole spread, as exported
         for c in ("prefill", "decode"):
@@ -258,8 +258,10 @@ async def test_the_predictive_floor_sizes_for_the_predictors_demand_forecast(
             )
         # nor a first token been timed: prefill's queue is sized with the variability as set
         assert dec.metric("planner_decider_prefill_queue_variability") == dec.svc.cfg.arrival_variability
-        # no engine's passes fitted: decode's rate is the profile's, exported as such
-        rate = sized["decode"].diagnostics["per_replica_tok_per_s"]
+        # no engine's passes fitted: decode's rate is the profile's (one engine's at the ITL target,
+        # before the fleet's spare), exported as such
+        rate = sized_state.decode_rate
+        assert rate > sized["decode"].diagnostics["per_replica_tok_per_s"]
         await wait_until(
             lambda: (
                 dec.metric("planner_decider_decode_engine_rate_tokens_per_second", {"source": "profile"})

@@ -258,22 +258,17 @@ def test_decodes_rate_is_exported_by_its_source_and_the_last_one_stands() -> Non
         "planner_decider_decode_engine_rate_tokens_per_second",
         "planner_decider_decode_batch_at_target",
     )
-    m.observe_decode_rate(
-        {"decode.predictive.per_replica_tok_per_s": 3000.0, "decode.predictive.batch_at_target": 107.0}
-    )
+    m.observe_decode_rate(3000.0, {"decode.predictive.batch_at_target": 107.0})
     assert r.get_sample_value(name, {"source": "profile"}) == 3000.0
     assert r.get_sample_value(batch) == 107.0
-    learned = {
-        "decode.predictive.per_replica_tok_per_s": 2850.0,
-        "decode.predictive.learned_rate": 1.0,
-        "decode.predictive.batch_at_target": 105.0,
-    }
-    m.observe_decode_rate(learned)
+    m.observe_decode_rate(
+        2850.0, {"decode.predictive.learned_rate": 1.0, "decode.predictive.batch_at_target": 105.0}
+    )
     # one source at a time: the profile's rate is gone once the learned model sizes decode
     assert r.get_sample_value(name, {"source": "learned"}) == 2850.0
     assert r.get_sample_value(name, {"source": "profile"}) is None
     assert r.get_sample_value(batch) == 105.0
-    # a tick whose floor did not size decode (no rate, or not a number) leaves the last values
-    m.observe_decode_rate({})
-    m.observe_decode_rate({"decode.predictive.per_replica_tok_per_s": float("nan")})
+    # a floor that has not sized decode (rate 0) or a rate that is not one leaves the last values
+    m.observe_decode_rate(0.0, {})
+    m.observe_decode_rate(float("nan"), {"decode.predictive.learned_rate": 0.0})
     assert r.get_sample_value(name, {"source": "learned"}) == 2850.0

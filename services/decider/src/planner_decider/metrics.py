@@ -187,11 +187,11 @@ class DeciderMetrics:
     def observe_queue(self, variability: float) -> None:
         self.queue_variability.set(variability)
 
-    def observe_decode_rate(self, diagnostics: Mapping[str, float]) -> None:
-        """Decode's per-engine rate and batch from the floor's diagnostics (nothing when the floor
-        did not size decode this tick: the last values stand)."""
-        rate = diagnostics.get("decode.predictive.per_replica_tok_per_s")
-        if rate is None or not math.isfinite(rate):
+    def observe_decode_rate(self, rate: float, diagnostics: Mapping[str, float]) -> None:
+        """Decode's per-engine ``rate`` (the floor's, from its state: 0 before it sized decode) by
+        its source, and the batch, from the floor's diagnostics (a rate that is not one leaves the
+        last values standing)."""
+        if not (math.isfinite(rate) and rate > 0):
             return
         source = "learned" if diagnostics.get("decode.predictive.learned_rate", 0.0) > 0 else "profile"
         self.decode_rate.clear()

@@ -413,8 +413,9 @@ class DeciderService(Service[DeciderSettings]):
         self.metrics.observe_latency(snaps)
         self.metrics.observe_calibration(self.policy_state.predictive.calibration)
         self.metrics.observe_queue(prefill_variability(self.cfg, self.policy_state.predictive.queue))
-        if out.result is not None:
-            self.metrics.observe_decode_rate(out.result.diagnostics)
+        self.metrics.observe_decode_rate(
+            self.policy_state.predictive.decode_rate, out.result.diagnostics if out.result is not None else {}
+        )
         desired = dict(out.result.desired) if out.result is not None else {}
         for c, n in desired.items():
             self.metrics.desired.labels(c).set(n)

@@ -145,10 +145,13 @@ def fewest_replicas(
 
     seen: dict[int, float] = {}
 
-    def met(k: int) -> bool:
+    def value(k: int) -> float:
         if k not in seen:
             seen[k] = att(k)
-        return seen[k] >= target
+        return seen[k]
+
+    def met(k: int) -> bool:
+        return value(k) >= target
 
     # the attainment grows with the fleet: gallop up from the minimum, then halve the last step (a
     # fleet of hundreds is sized in a dozen evaluations, not hundreds)
@@ -164,7 +167,5 @@ def fewest_replicas(
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if met(mid) else (mid, hi)
         n = hi
-    candidates = {
-        k: seen[k] if k in seen else att(k) for k in range(max(minimum, n - 2), min(maximum, n + 2) + 1)
-    }
+    candidates = {k: value(k) for k in range(max(minimum, n - 2), min(maximum, n + 2) + 1)}
     return n, candidates
