@@ -150,10 +150,33 @@ def coverage(cal: SpreadCalibration) -> float | None:
     return cal.served / cal.demand if cal.demand > 0 else None
 
 
-def share_within(h: LatencyHistogram, target_ms: float) -> float | None:
-    """Share of the histogram's requests at or under ``target_ms``, linear within the bucket the
-    target falls in (as Prometheus's ``histogram_quantile`` reads a bucket); past the last bound only
-    the counted ones. None for a histogram that is not one (lengths, order, non-finite numbers)."""
+@dataclass(frozen=True, slots=True)
+class Share:
+    """The share of a histogram's requests within a target as far as its buckets tell: at least
+    ``low`` (those at or under the last bound at or under the target), at most ``high`` (those at or
+    under the first bound at or over it). Equal when the target is a bound; apart when it falls inside
+    a bucket, where the bucket's requests lie is not measured (vLLM's ITL buckets are 25 ms
+    wide around the usual targets)."""
+
+    low: float
+    high: float
+
+    @classmethod
+    def exactly(cls, share: float) -> Share:
+        return cls(share, share)
+
+    def misses_nearest(self, allowed: float) -> float:
+        """The share of misses these bounds allow nearest to ``allowed``: ``allowed`` itself when
+        the buckets cannot tell whether more or fewer missed (a calibration then holds), else the
+        bound on the side they tell."""
+        return min(max(allowed, 1.0 - self.high), 1.0 - self.low)
+
+
+def _bucket(h: LatencyHistogram, target_ms: float) -> tuple[float, float, float, float, float] | None:
+    """``(lower bound, count at or under it, upper bound, count at or under it, total)`` of the bucket
+    ``target_ms`` falls in (``(0, 0, ...)`` below the first bound; the upper bound infinite past the
+    last one, all requests at or under it); None for a histogram that is not one (lengths, order,
+    non-finite numbers)."""
     b, c, total = h.bounds_ms, h.counts, h.total
     if len(b) != len(c) or not b or not (math.isfinite(total) and total > 0) or not math.isfinite(target_ms):
         return None
@@ -164,23 +187,60 @@ def share_within(h: LatencyHistogram, target_ms: float) -> float | None:
     prev_b, prev_c = 0.0, 0.0
     for bound, count in zip(b, c, strict=True):
         if target_ms <= bound:
-            width = bound - prev_b
-            frac = (target_ms - prev_b) / width if width > 0 else 1.0
-            return min((prev_c + max(frac, 0.0) * (count - prev_c)) / total, 1.0)
+            return prev_b, prev_c, bound, count, total
         prev_b, prev_c = bound, count
-    return min(c[-1] / total, 1.0)
+    return prev_b, prev_c, math.inf, total, total
+
+
+def share_within(h: LatencyHistogram, target_ms: float) -> float | None:
+    """Share of the histogram's requests at or under ``target_ms``, linear within the bucket the
+    target falls in (as Prometheus's ``histogram_quantile`` reads a bucket); past the last bound only
+    the counted ones. None for a histogram that is not one (lengths, order, non-finite numbers).
+    For display: a calibration reads :func:`share_bounds`."""
+    got = _bucket(h, target_ms)
+    if got is None:
+        return None
+    lo_b, lo_c, hi_b, hi_c, total = got
+    if math.isinf(hi_b):
+        return min(lo_c / total, 1.0)
+    width = hi_b - lo_b
+    frac = (target_ms - lo_b) / width if width > 0 else 1.0
+    return min((lo_c + max(frac, 0.0) * (hi_c - lo_c)) / total, 1.0)
+
+
+def share_bounds(h: LatencyHistogram, target_ms: float) -> Share | None:
+    """What the histogram's buckets tell of the share of its requests at or under ``target_ms``
+    (:class:`Share`); None for a histogram that is not one. Reading a bucket linearly
+    (:func:`share_within`) is not evidence: a fleet sized to run just under a target puts its
+    requests near the target, where the linear reading counts a bucket's upper part as late (a 40 ms
+    ITL target in vLLM's 25-50 ms bucket reads 40 % of requests late that all met it)."""
+    got = _bucket(h, target_ms)
+    if got is None:
+        return None
+    lo_b, lo_c, hi_b, hi_c, total = got
+    if target_ms == hi_b:
+        lo_c = hi_c
+    return Share(min(lo_c / total, 1.0), min(hi_c / total, 1.0))
 
 
 def settle_latency(
-    cal: SpreadCalibration, start_s: float, requests: float, within: float, target: float, memory: int
+    cal: SpreadCalibration,
+    start_s: float,
+    requests: float,
+    within: Share | float,
+    target: float,
+    memory: int,
 ) -> SpreadCalibration:
     """Adapt the scale on the requests' own latency: of ``requests`` measured in the sample starting
-    at ``start_s``, the share ``within`` met the component's latency target; the misses beyond the
-    target's share widen the spread, a sample within it narrows it (the update of :func:`settle`,
-    counted in requests). A sample already settled changes nothing."""
+    at ``start_s``, the share ``within`` met the component's latency target (a number, or what the
+    histogram's buckets tell, :func:`share_bounds`); the misses beyond the target's share widen the
+    spread, a sample within it narrows it (the update of :func:`settle`, counted in requests), one
+    whose buckets cannot tell leaves it. A sample already settled changes nothing."""
     if cal.settled_s is not None and start_s <= cal.settled_s:
         return cal
     cal = replace(cal, settled_s=start_s, pending=())
-    if requests <= 0 or memory < 1 or not (math.isfinite(requests) and math.isfinite(within)):
+    share = within if isinstance(within, Share) else Share.exactly(within)
+    if requests <= 0 or memory < 1 or not all(math.isfinite(x) for x in (requests, share.low, share.high)):
         return cal
-    return _adapt(cal, requests, requests * (1.0 - min(max(within, 0.0), 1.0)), target, memory)
+    missed = min(max(share.misses_nearest(1.0 - target), 0.0), 1.0)
+    return _adapt(cal, requests, requests * missed, target, memory)

@@ -54,7 +54,7 @@ from planner_core.policy.calibration import (
     scaled,
     settle,
     settle_latency,
-    share_within,
+    share_bounds,
 )
 from planner_core.policy.config import PolicyConfig
 from planner_core.policy.queue_calibration import QueueCalibration, settle_decode, settle_queue
@@ -276,8 +276,8 @@ def _queue_settled(
     rate = rate * cap * ready
     tokens = demand_of(sample, sample.mean_isl_tokens)
     load = tokens / rate if tokens is not None and rate > 0 else 1.0
-    ttft = share_within(sample.ttft_histogram, cfg.ttft_target_ms) if sample.ttft_histogram else None
-    itl = share_within(sample.itl_histogram, cfg.itl_target_ms) if sample.itl_histogram else None
+    ttft = share_bounds(sample.ttft_histogram, cfg.ttft_target_ms) if sample.ttft_histogram else None
+    itl = share_bounds(sample.itl_histogram, cfg.itl_target_ms) if sample.itl_histogram else None
     return settle_queue(
         cal, sample, ttft, itl, cfg.target_attainment, cfg.queue_memory_samples, warming=warming, load=load
     )
@@ -301,7 +301,7 @@ def _decode_settled(
     rate = engine_thpt * (r.ready if r is not None else 0)
     tokens = demand_of(sample, sample.mean_osl_tokens or osl)
     load = tokens / rate if tokens is not None and rate > 0 else 1.0
-    itl = share_within(sample.itl_histogram, cfg.itl_target_ms)
+    itl = share_bounds(sample.itl_histogram, cfg.itl_target_ms)
     return settle_decode(
         cal, sample, itl, cfg.target_attainment, cfg.queue_memory_samples, warming=warming, load=load
     )
@@ -320,7 +320,7 @@ def _settled(inputs: DecisionInputs, st: PredictiveState, cfg: PolicyConfig) -> 
             DECODE: (sample.itl_histogram, cfg.itl_target_ms),
         }
         for c, (h, ms) in hists.items():
-            if h is None or (within := share_within(h, ms)) is None:
+            if h is None or (within := share_bounds(h, ms)) is None:
                 continue  # no latency measured in this sample: the scale stays
             cal = cals.get(c, SpreadCalibration())
             cals[c] = settle_latency(cal, sample.start_s, h.total, within, target, cfg.spread_memory_samples)

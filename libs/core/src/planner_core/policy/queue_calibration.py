@@ -54,6 +54,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from planner_core.policy.calibration import Share
 from planner_proto.traffic import TrafficSample
 
 KAPPA = math.log(2.0)
@@ -129,7 +130,7 @@ def _scaled(
     log_scale: float,
     level: float | None,
     settled: int,
-    within: float | None,
+    within: Share | float | None,
     n: float,
     allowed: float,
     target: float,
@@ -141,13 +142,14 @@ def _scaled(
     """A log-scale's ``(log_scale, level, settled)`` after one sample of ``n`` measured requests with
     the share ``within`` in time, against the ``allowed`` share of misses (the rules of the module's
     docstring); None when the sample says nothing (no requests measured, a bad share or setting)."""
-    if within is None or not (math.isfinite(within) and math.isfinite(n)) or n <= 0:
+    share = _share(within)
+    if share is None or not math.isfinite(n) or n <= 0:
         return None
     if not 0.0 < target < 1.0 or memory < 1:
         return None
     a = max(1.0 / memory, 1.0 / (settled + 1))
     level = n if level is None else level + a * (n - level)
-    missed = min(1.0 - min(max(within, 0.0), 1.0), CLIP * allowed)
+    missed = min(share.misses_nearest(allowed), CLIP * allowed)
     step = KAPPA * (missed - allowed) * (n / level) / (memory * allowed)
     if step < 0.0:
         step *= min(max(load, 0.0), 1.0) if math.isfinite(load) else 1.0
@@ -156,11 +158,22 @@ def _scaled(
     return min(max(log_scale + step, -MAX_LOG_SCALE), MAX_LOG_SCALE), level, settled + 1
 
 
+def _share(within: Share | float | None) -> Share | None:
+    """``within`` as bounds (a number is an exact share), clipped to [0, 1]; None for none or a
+    non-finite one."""
+    if within is None:
+        return None
+    share = within if isinstance(within, Share) else Share.exactly(within)
+    if not (math.isfinite(share.low) and math.isfinite(share.high)):
+        return None
+    return Share(min(max(share.low, 0.0), 1.0), min(max(share.high, 0.0), 1.0))
+
+
 def settle_queue(
     cal: QueueCalibration,
     sample: TrafficSample,
-    ttft_within: float | None,
-    itl_within: float | None,
+    ttft_within: Share | float | None,
+    itl_within: Share | float | None,
     target: float,
     memory: int,
     *,
@@ -180,8 +193,9 @@ def settle_queue(
         return cal
     cal = replace(cal, settled_s=sample.start_s)
     a = max(1.0 / max(memory, 1), 1.0 / (cal.settled + 1))
-    if itl_within is not None and math.isfinite(itl_within):
-        miss = 1.0 - min(max(itl_within, 0.0), 1.0)
+    itl = _share(itl_within)
+    if itl is not None:
+        miss = 1.0 - itl.high  # the ITL misses the histogram shows
         cal = replace(cal, itl_miss=cal.itl_miss + a * (miss - cal.itl_miss))
     h = sample.ttft_histogram
     allowed = allowed_ttft_miss(target, cal.itl_miss)
@@ -198,7 +212,7 @@ def settle_queue(
 def settle_decode(
     cal: QueueCalibration,
     sample: TrafficSample,
-    itl_within: float | None,
+    itl_within: Share | float | None,
     target: float,
     memory: int,
     *,
