@@ -16,6 +16,7 @@ from planner_core.policy import DecisionInputs, PolicyConfig, PolicyKind, Policy
 from planner_core.policy.calibration import (
     MAX_PENDING,
     MAX_SCALE,
+    Share,
     SpreadCalibration,
     coverage,
     demand_of,
@@ -23,6 +24,7 @@ from planner_core.policy.calibration import (
     scaled,
     settle,
     settle_latency,
+    share_bounds,
     share_within,
 )
 from planner_proto.decision import ComponentReplicas
@@ -219,6 +221,45 @@ def test_share_within_reads_the_histogram_as_prometheus_does(target_ms: float, s
 )
 def test_a_histogram_that_is_not_one_says_nothing(bad: LatencyHistogram) -> None:
     assert share_within(bad, 500.0) is None
+    assert share_bounds(bad, 500.0) is None
+
+
+@pytest.mark.parametrize(
+    ("counts", "target_ms", "low", "high"),
+    [
+        ([20.0, 180.0, 200.0], 500.0, 0.9, 0.9),  # on a bound: exactly the requests counted at it
+        ([20.0, 180.0, 200.0], 50.0, 0.0, 0.1),  # inside the first bucket: none to all of it
+        ([20.0, 180.0, 200.0], 750.0, 0.9, 1.0),  # inside 500-1000
+        ([20.0, 180.0, 200.0], 5000.0, 1.0, 1.0),  # past the last bound, every request counted
+        ([20.0, 180.0, 190.0], 5000.0, 0.95, 1.0),  # past it with some in +Inf only
+    ],
+)
+def test_share_bounds_are_what_the_buckets_tell(
+    counts: list[float], target_ms: float, low: float, high: float
+) -> None:
+    got = share_bounds(hist([100.0, 500.0, 1000.0], counts, 200.0), target_ms)
+    assert got == Share(pytest.approx(low), pytest.approx(high))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("share", "misses"),
+    [
+        (Share(0.0, 1.0), 0.01),  # the buckets cannot tell: the allowed share, nothing moves
+        (Share(0.9, 0.95), 0.05),  # at least 5 % missed: that many
+        (Share(0.995, 1.0), 0.005),  # at most half a point missed: that many
+        (Share.exactly(0.97), 0.03),
+    ],
+)
+def test_the_misses_the_buckets_allow_nearest_the_allowed_share(share: Share, misses: float) -> None:
+    assert share.misses_nearest(0.01) == pytest.approx(misses)
+
+
+def test_a_sample_whose_buckets_cannot_tell_leaves_the_latency_scale() -> None:
+    cal = settle_latency(SpreadCalibration(), 0.0, 200.0, 1.0, target=0.99, memory=60)
+    held = settle_latency(cal, INTERVAL, 200.0, Share(0.0, 1.0), target=0.99, memory=60)
+    assert held.scale == cal.scale and held.settled_s == INTERVAL
+    late = settle_latency(cal, INTERVAL, 200.0, Share(0.5, 0.9), target=0.99, memory=60)
+    assert late.scale > cal.scale
 
 
 def test_latency_misses_within_the_target_share_narrow_and_beyond_it_widen() -> None:

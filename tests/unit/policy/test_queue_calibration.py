@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from planner_core.policy import PolicyConfig, PolicyKind
+from planner_core.policy.calibration import Share, share_bounds, share_within
 from planner_core.policy.queue_calibration import (
     CLIP,
     KAPPA,
@@ -24,7 +25,7 @@ from planner_core.policy.queue_calibration import (
     settle_decode,
     settle_queue,
 )
-from planner_proto.traffic import LatencyHistogram, TrafficSample
+from planner_proto.traffic import TPOT_BOUNDS_MS, LatencyHistogram, TrafficSample
 from tests.unit.policy.test_calibration import INTERVAL, drive, hist, steady
 
 
@@ -248,3 +249,52 @@ def test_inside_decide_decode_staffing_calibrates_its_variability_on_the_itls(sh
     assert cooled[119][0] <= plain[119][0]
     assert cooled[-1][1] > cooled[119][1] * 1.5
     assert cooled[-1][0] > cooled[119][0] and cooled[-1][0] > plain[-1][0]
+
+
+def test_requests_inside_the_targets_bucket_hold_the_variability_where_a_linear_reading_raised_it() -> None:
+    """ITLs of 30-40 ms against a 40 ms target, all in vLLM's 25-50 ms bucket: every request met it,
+    but the bucket read linearly counts 40 % late. The calibrations hold on what cannot be told."""
+    n = 200.0
+    counts = [0.0 if b < 50.0 else n for b in TPOT_BOUNDS_MS]
+    h = LatencyHistogram(bounds_ms=list(TPOT_BOUNDS_MS), counts=counts, total=n)
+    linear, told = share_within(h, 40.0), share_bounds(h, 40.0)
+    assert linear == pytest.approx(0.6) and told == Share(0.0, 1.0)
+    base = replace(QueueCalibration(), decode_level=n, decode_settled=100, level=n, settled=100)
+    sample = msgspec.structs.replace(itl_timed(1, n), itl_histogram=h)
+    assert settle_decode(base, sample, linear, target=0.99, memory=60).decode_log_scale > 0.0
+    held = settle_decode(base, sample, told, target=0.99, memory=60)
+    assert held.decode_log_scale == 0.0 and held.decode_settled == base.decode_settled + 1
+    # nor does it count against prefill's share as decode's misses
+    assert settle_queue(base, timed(1, n), 1.0, told, target=0.99, memory=60).itl_miss == 0.0
+    # where the buckets do tell (requests past the bucket's upper bound) the misses count
+    late = LatencyHistogram(bounds_ms=list(TPOT_BOUNDS_MS), counts=[c * 0.9 for c in counts], total=n)
+    raised = settle_decode(base, sample, share_bounds(late, 40.0), target=0.99, memory=60)
+    assert raised.decode_log_scale > 0.0
+
+
+def test_inside_decide_itls_inside_the_targets_bucket_leave_decodes_variability(shared_data: Path) -> None:
+    """Steady traffic whose requests all finish at a mean ITL inside vLLM's 25-50 ms bucket, against a
+    40 ms target: decode's running variability and floor stay those of the uncalibrated policy."""
+    if not (shared_data / "dynamo").is_dir():
+        pytest.skip("profile data (dynamo/) not found under the shared data folder")
+
+    def run(calibrate: bool) -> list[tuple[int, float]]:
+        cfg = replace(
+            PolicyConfig(), policy=PolicyKind.COMBINED, max_gpu_budget=-1, calibrate_queue=calibrate,
+            decode_staffing=True, itl_target_ms=40.0,
+        )  # fmt: skip
+        samples = []
+        for i in range(120):
+            s = steady(i, 1.0)
+            n = s.num_requests
+            counts = [0.0 if b < 50.0 else n for b in TPOT_BOUNDS_MS]
+            h = LatencyHistogram(bounds_ms=list(TPOT_BOUNDS_MS), counts=counts, total=n)
+            samples.append(msgspec.structs.replace(s, itl_histogram=h))
+        return [
+            (st.predictive.floor["decode"], st.predictive.queue.decode_scale)
+            for st in drive(shared_data, cfg, samples)
+        ]
+
+    plain, calibrated = run(False), run(True)
+    assert all(scale == 1.0 for _, scale in calibrated)
+    assert [f for f, _ in calibrated] == [f for f, _ in plain]

@@ -217,7 +217,7 @@ def share_bounds(h: LatencyHistogram, target_ms: float) -> Share | None:
     got = _bucket(h, target_ms)
     if got is None:
         return None
-    lo_b, lo_c, hi_b, hi_c, total = got
+    _, lo_c, hi_b, hi_c, total = got
     if target_ms == hi_b:
         lo_c = hi_c
     return Share(min(lo_c / total, 1.0), min(hi_c / total, 1.0))
