@@ -32,6 +32,9 @@ async def test_real_vllm_fleet_scales_up_and_down_on_its_own_endpoints(
     # the engines' own TTFT and per-request time-per-output-token histograms reached the decider
     assert fig["slo_ttft_requests"] > 0.5 * fig["ok"], detail
     assert fig["slo_itl_requests"] > 0.5 * fig["ok"], detail
+    for name in ("ttft", "itl"):  # the linear reading lies within what the buckets tell
+        low, high = fig[f"slo_{name}_within_pct_bounds"]
+        assert low <= fig[f"slo_{name}_within_pct"] <= high, detail
     targets = [d["agg"] for d in fig["decisions"]]
     assert 2 in targets, detail
     assert targets[-1] == 1 and targets.index(2) < len(targets) - 1, detail

@@ -7,6 +7,7 @@ import typing
 from dataclasses import fields
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from planner_cli.commands.ack import parse_ready
@@ -245,6 +246,23 @@ def test_the_slo_counters_count_the_requests_within_the_deciders_targets() -> No
     assert value("planner_slo_requests_total", "itl") == 40.0
     assert value("planner_slo_requests_within_target_total", "itl") == 38.0
     assert value("planner_slo_histograms_invalid_total", "ttft") == 1.0  # the broken one: counted, dropped
+    # what the buckets tell: the targets are bounds here, so at least and at most are the same
+    for latency, within in (("ttft", 90.0), ("itl", 38.0)):
+        for bound in ("at_least", "at_most"):
+            got = r.get_sample_value(
+                "planner_slo_requests_within_target_bounds_total", {"latency": latency, "bound": bound}
+            )
+            assert got == within
+    # a 40 ms ITL target inside the 25-50 ms bucket: 10 at least, 38 at most (the linear reading's
+    # 26.8 is between them)
+    m.observe_slo(msgspec.structs.replace(sample, start_s=90.0, ttft_histogram=None), 500.0, 40.0)
+    assert r.get_sample_value(
+        "planner_slo_requests_within_target_bounds_total", {"latency": "itl", "bound": "at_least"}
+    ) == pytest.approx(38.0 + 10.0)
+    assert r.get_sample_value(
+        "planner_slo_requests_within_target_bounds_total", {"latency": "itl", "bound": "at_most"}
+    ) == pytest.approx(38.0 + 38.0)
+    assert value("planner_slo_requests_within_target_total", "itl") == pytest.approx(38.0 + 26.8)
 
 
 def test_decodes_rate_is_exported_by_its_source_and_the_last_one_stands() -> None:

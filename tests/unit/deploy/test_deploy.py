@@ -167,6 +167,28 @@ def test_compose_commands_are_valid_service_settings() -> None:
     assert checked >= 6  # the engines run under circus (actuator-circus), not as serve commands
 
 
+def test_every_dashboard_query_parses_as_promql(tmp_path: Path) -> None:
+    """Each panel's expression, as Prometheus's own parser reads it (``promtool check rules`` over
+    them as recording rules): a dashboard that ships a query Prometheus rejects shows an empty panel."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool missing in CI: scripts/ensure-prometheus.sh installs Debian's prometheus")
+        pytest.skip("promtool not found (Debian's prometheus package has it)")
+    dash = json.loads((REPO / "deploy" / "grafana" / "dashboards" / "planner.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    rules = {
+        "groups": [
+            {"name": "dashboard", "rules": [{"record": f"q{i}", "expr": e} for i, e in enumerate(exprs)]}
+        ]
+    }
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump(rules))
+    out = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{len(exprs)} rules found" in out.stdout + out.stderr
+
+
 def test_dashboard_metrics_exist_in_the_code() -> None:
     """Every planner_* metric the Grafana dashboard queries is defined by some service."""
     import re

@@ -35,7 +35,7 @@ from planner_cli.demo import processes, report
 from planner_cli.demo.recorder import Recorder
 from planner_cli.demo.run import read_results
 from planner_cli.demo.view import render
-from planner_core.policy.calibration import share_within
+from planner_core.policy.calibration import share_bounds, share_within
 from planner_loadgen.stats import RequestResult, summarize
 from planner_proto import Subjects, TrafficSample
 from planner_runtime.bus import Bus
@@ -438,8 +438,7 @@ def print_engine_summary(figures: dict[str, Any], cfg: LlamaDemoConfig, console:
     if figures["slo_ttft_requests"] or figures["slo_itl_requests"]:  # engines with latency histograms
         summary.add_row(
             "within targets, by the engines' histograms",
-            f"TTFT {_pct(figures['slo_ttft_within_pct'])} of {figures['slo_ttft_requests']}, "
-            f"ITL {_pct(figures['slo_itl_within_pct'])} of {figures['slo_itl_requests']}",
+            f"TTFT {_slo(figures, 'ttft')}, ITL {_slo(figures, 'itl')}",
         )
     console.print(summary)
     out = cfg.out_dir
@@ -454,17 +453,33 @@ def _engines_slo(traffic: list[tuple[float, TrafficSample]], ttft_ms: float, itl
     the targets: requests measured and the share within, per latency."""
     out: dict[str, Any] = {}
     for name, target in (("ttft", ttft_ms), ("itl", itl_ms)):
-        total = within = 0.0
+        total = within = low = high = 0.0
         for _, t in traffic:
             h = t.ttft_histogram if name == "ttft" else t.itl_histogram
             share = share_within(h, target) if h is not None else None
-            if h is not None and share is not None:
+            bounds = share_bounds(h, target) if h is not None else None
+            if h is not None and share is not None and bounds is not None:
                 total += h.total
                 within += share * h.total
+                low += bounds.low * h.total
+                high += bounds.high * h.total
         out[f"slo_{name}_requests"] = round(total)
         out[f"slo_{name}_within_pct"] = round(100.0 * within / total, 2) if total else None
+        # what the buckets tell: apart when the target falls inside a bucket
+        out[f"slo_{name}_within_pct_bounds"] = (
+            [round(100.0 * low / total, 2), round(100.0 * high / total, 2)] if total else None
+        )
     return out
 
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:g} %"
+
+
+def _slo(figures: dict[str, Any], name: str) -> str:
+    """``97.1 % of 1200`` and, where the target falls inside a bucket, what the buckets tell."""
+    text = f"{_pct(figures[f'slo_{name}_within_pct'])} of {figures[f'slo_{name}_requests']}"
+    bounds = figures.get(f"slo_{name}_within_pct_bounds")
+    if bounds is not None and bounds[0] != bounds[1]:
+        text += f" (the buckets tell {bounds[0]:g}-{bounds[1]:g} %)"
+    return text

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from planner_core.policy.calibration import SpreadCalibration, coverage, share_within
+from planner_core.policy.calibration import SpreadCalibration, coverage, share_bounds, share_within
 from planner_proto import ComponentReplicas, ComponentSnapshot, LoadForecast, Reason, TrafficSample
 
 
@@ -138,6 +138,14 @@ class DeciderMetrics:
             ["latency"],
             registry=r,
         )
+        self.slo_within_bounds = Counter(
+            "planner_slo_requests_within_target_bounds",
+            "Of planner_slo_requests, those the histogram buckets show at or under this decider's target"
+            " at least (bound=at_least: at or under the bucket's lower bound) and at most (bound=at_most:"
+            " its upper bound); equal when the target is a bucket bound",
+            ["latency", "bound"],
+            registry=r,
+        )
         self.slo_invalid = Counter(
             "planner_slo_histograms_invalid",
             "Traffic histograms dropped because they are not one (lengths, order, counts above the"
@@ -209,12 +217,14 @@ class DeciderMetrics:
         ):
             if h is None:
                 continue
-            within = share_within(h, target)
-            if within is None:
+            within, bounds = share_within(h, target), share_bounds(h, target)
+            if within is None or bounds is None:
                 self.slo_invalid.labels(name).inc()
                 continue
             self.slo_requests.labels(name).inc(h.total)
             self.slo_within.labels(name).inc(h.total * within)
+            self.slo_within_bounds.labels(name, "at_least").inc(h.total * bounds.low)
+            self.slo_within_bounds.labels(name, "at_most").inc(h.total * bounds.high)
 
     def observe_decision(self, decision_id: int, reasons: Mapping[str, Reason]) -> None:
         self.decision_id.set(decision_id)
