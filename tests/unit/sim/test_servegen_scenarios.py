@@ -67,6 +67,7 @@ def test_scenarios() -> None:
         "tiny-prompts", "rag-wave", "plateaus", "three-gpus-flat", "late-rise", "small-fleet-step",
         "long-plateau", "slow-long-wave", "small-bursts", "slow-chat-wave", "long-prompt-flicker",
         "answer-wave", "answer-step-down", "tight-itl-flat", "small-answer-bursts",
+        "mid-itl-wave", "long-prompt-step-down", "twin-spikes", "two-gpu-wave",
     }  # fmt: skip
     assert all(is_generated(sc.source) for n, sc in SCENARIOS.items() if not n.startswith("azure"))
     assert scenario("long-prompts").ttft_ms_per_1k_isl == 100.0

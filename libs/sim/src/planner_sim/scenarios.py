@@ -362,6 +362,43 @@ SCENARIOS: dict[str, Scenario] = {
             peak_gpus=3.0,
             description="2-minute 3x bursts of long answers (ISL 500 / OSL 800) every 15 minutes, 3-GPU peak, 1 h",
         ),
+        # added after the calibrations read what the latency histograms' buckets tell (2026-11-28),
+        # measured once, nothing set on them
+        Scenario(
+            name="mid-itl-wave",
+            source="synthetic:shape=sinusoid,rps=2,peak_rps=10,period_s=3000,isl=1500,osl=600,duration_s=6000",
+            peak_gpus=6.0,
+            ttft_ms=700.0,
+            itl_ms=45.0,
+            description="a 50-minute wave, ISL 1500 / OSL 600, TTFT 700 ms / ITL 45 ms, 6-GPU peak, 100 min",
+        ),
+        Scenario(
+            name="long-prompt-step-down",
+            source="synthetic:shape=step,rps=2,peak_rps=1,step_at_s=2100,isl=7000,osl=250,duration_s=4800",
+            peak_gpus=5.0,
+            ttft_ms=500.0,
+            itl_ms=60.0,
+            ttft_ms_per_1k_isl=100.0,
+            description="long prompts (ISL 7000) stepping down 2x after 35 minutes, ISL-scaled TTFT, ITL 60 ms, 5-GPU peak",
+        ),
+        Scenario(
+            name="twin-spikes",
+            source=(
+                "synthetic:shape=burst,rps=2,peak_rps=7,burst_every_s=1500,burst_len_s=90,isl=1800,osl=350,"
+                "duration_s=4500"
+            ),
+            ttft_ms=1200.0,
+            itl_ms=35.0,
+            description="90-second 3.5x spikes every 25 minutes, ISL 1800 / OSL 350, TTFT 1200 ms / ITL 35 ms, 75 min",
+        ),
+        Scenario(
+            name="two-gpu-wave",
+            source="synthetic:shape=sinusoid,rps=0.5,peak_rps=2,period_s=2000,isl=1200,osl=400,duration_s=5400",
+            peak_gpus=2.0,
+            ttft_ms=400.0,
+            itl_ms=30.0,
+            description="a 2-GPU fleet on a 33-minute 4x wave, ISL 1200 / OSL 400, TTFT 400 ms / ITL 30 ms, 1.5 h",
+        ),
     )
 }
 
