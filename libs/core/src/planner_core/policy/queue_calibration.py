@@ -20,10 +20,10 @@ average, and ``a`` the share of misses TTFT may have. ``m`` is what the histogra
 (:func:`planner_core.policy.calibration.share_bounds`): with the target inside a bucket it lies between
 two bounds and is taken nearest ``a`` within them, so a sample that cannot tell moves nothing (a
 fleet sized to run just under a 40 ms ITL target puts its requests in vLLM's 25-50 ms bucket, which
-read linearly counts 40 % late). ``a`` is the target's misses aimed at the middle of the
-band a calibrated knob lands in (``aim``: 0.25 points under ``1 - target``, at least half of it),
-less the share of requests the ITL histogram shows missing their target (a moving average: both count against the
-same requests). A memory's worth of average samples without a miss, at engines running at their
+read linearly counts 40 % late). ``a`` is the target's misses aimed at the middle of the band a
+calibrated knob lands in (``aim``: 0.25 points under ``1 - target``, at least half of it), less the
+share of requests the ITL histogram shows missing their target (a moving average: both count
+against the same requests). A memory's worth of average samples without a miss, at engines running at their
 cap, halves the variability (``kappa = ln 2``); misses beyond the allowed share raise it in
 proportion.
 
