@@ -165,6 +165,17 @@ class Share:
     def exactly(cls, share: float) -> Share:
         return cls(share, share)
 
+    @classmethod
+    def of(cls, within: Share | float | None) -> Share | None:
+        """``within`` as bounds (a number is an exact share), clipped to [0, 1]; None for none or a
+        non-finite one."""
+        if within is None:
+            return None
+        share = within if isinstance(within, Share) else cls.exactly(within)
+        if not (math.isfinite(share.low) and math.isfinite(share.high)):
+            return None
+        return cls(min(max(share.low, 0.0), 1.0), min(max(share.high, 0.0), 1.0))
+
     def misses_nearest(self, allowed: float) -> float:
         """The share of misses these bounds allow nearest to ``allowed``: ``allowed`` itself when
         the buckets cannot tell whether more or fewer missed (a calibration then holds), else the
@@ -239,8 +250,7 @@ def settle_latency(
     if cal.settled_s is not None and start_s <= cal.settled_s:
         return cal
     cal = replace(cal, settled_s=start_s, pending=())
-    share = within if isinstance(within, Share) else Share.exactly(within)
-    if requests <= 0 or memory < 1 or not all(math.isfinite(x) for x in (requests, share.low, share.high)):
+    share = Share.of(within)
+    if share is None or requests <= 0 or memory < 1 or not math.isfinite(requests):
         return cal
-    missed = min(max(share.misses_nearest(1.0 - target), 0.0), 1.0)
-    return _adapt(cal, requests, requests * missed, target, memory)
+    return _adapt(cal, requests, requests * share.misses_nearest(1.0 - target), target, memory)

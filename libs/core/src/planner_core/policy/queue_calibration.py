@@ -146,7 +146,7 @@ def _scaled(
     """A log-scale's ``(log_scale, level, settled)`` after one sample of ``n`` measured requests with
     the share ``within`` in time, against the ``allowed`` share of misses (the rules of the module's
     docstring); None when the sample says nothing (no requests measured, a bad share or setting)."""
-    share = _share(within)
+    share = Share.of(within)
     if share is None or not math.isfinite(n) or n <= 0:
         return None
     if not 0.0 < target < 1.0 or memory < 1:
@@ -160,17 +160,6 @@ def _scaled(
     elif warming or load > 1.0:
         step = 0.0
     return min(max(log_scale + step, -MAX_LOG_SCALE), MAX_LOG_SCALE), level, settled + 1
-
-
-def _share(within: Share | float | None) -> Share | None:
-    """``within`` as bounds (a number is an exact share), clipped to [0, 1]; None for none or a
-    non-finite one."""
-    if within is None:
-        return None
-    share = within if isinstance(within, Share) else Share.exactly(within)
-    if not (math.isfinite(share.low) and math.isfinite(share.high)):
-        return None
-    return Share(min(max(share.low, 0.0), 1.0), min(max(share.high, 0.0), 1.0))
 
 
 def settle_queue(
@@ -197,7 +186,7 @@ def settle_queue(
         return cal
     cal = replace(cal, settled_s=sample.start_s)
     a = max(1.0 / max(memory, 1), 1.0 / (cal.settled + 1))
-    itl = _share(itl_within)
+    itl = Share.of(itl_within)
     if itl is not None:
         miss = 1.0 - itl.high  # the ITL misses the histogram shows
         cal = replace(cal, itl_miss=cal.itl_miss + a * (miss - cal.itl_miss))
