@@ -9,8 +9,10 @@ pending replicas will not cover the load. Decode requests that wait for admissio
 ``max_num_seqs`` full) count as ITL: the pass-time model alone cannot see them. Prefill consolidation
 also checks the peak queue of the recent window, since the queue at one instant is usually empty even
 at high utilisation. A backlog (queued prompt tokens for prefill, the output of the requests waiting
-for admission for decode) is sized by its drain time (:func:`drain_steps`): engines that would start
-after it has drained are not ordered.
+for admission for decode) sizes the scale-up by its drain time: engines that would start after it has
+drained are not ordered. A prefill engine works through its own queue (:func:`own_queue_steps`): an
+engine ordered now takes none of it, only the requests that arrive once it serves; decode's waiting
+requests are sized as if the engines shared them (:func:`drain_steps`).
 """
 
 from __future__ import annotations
@@ -79,6 +81,46 @@ def drain_steps(
     return max(steady, 1, need)
 
 
+def own_queue_steps(
+    backlog_tokens: float,
+    demand: float,
+    per_engine: float,
+    ready: int,
+    pending: int,
+    pending_ready_in_s: float,
+    startup_s: float,
+) -> int:
+    """Engines worth ordering now for a prefill backlog of ``backlog_tokens`` queued on the ``ready``
+    engines, with ``demand`` prompt tokens/s arriving, each engine serving ``per_engine`` tokens/s
+    and ``pending`` more from ``pending_ready_in_s``.
+
+    A request stays on the engine it was routed to (vLLM has no queue shared between engines), and
+    the router sends new requests to the engines with the fewest in flight: an engine ordered now
+    takes none of the backlog, only requests that arrive once it serves. The ready engines take the
+    arrivals until the pending ones serve, then those the pending ones cannot take. If they have
+    worked through their queues by the time an engine ordered now could serve (``startup_s``), the
+    demand alone sizes the fleet. If not, the others serve the arrivals: the fewest engines that
+    keep every arrival off the queued engines until those are through, i.e. that serve the demand
+    beside the pending ones and work through what the pending ones could not take before then, by
+    the time the queued engines are through theirs. (Drained as if shared, a backlog of 9.7M prompt
+    tokens on one engine ordered one more engine at every tick, 20 where 4 serve, and the first
+    tokens came no sooner.)"""
+    if per_engine <= 0 or not math.isfinite(per_engine) or not math.isfinite(demand):
+        return 0
+    steady = max(0, math.ceil(demand / per_engine - ready - pending - 1e-9))
+    first = min(max(pending_ready_in_s, 0.0), startup_s) if pending > 0 else startup_s
+    # what the pending engines could not take before the engines ordered now serve
+    behind = max(0.0, (demand - per_engine * pending) * (startup_s - first))
+    # the queued engines' backlog then (they take no arrival once the pending ones serve)
+    left = backlog_tokens + (demand - per_engine * ready) * first - per_engine * ready * (startup_s - first)
+    if left <= 0.0 or ready <= 0:
+        return steady
+    busy_s = left / (per_engine * ready)
+    # (the queued engines are less loaded than the pending ones: the router has evened them out)
+    behind = min(behind, left * pending / ready)
+    return max(steady, math.ceil((behind / busy_s + demand) / per_engine - pending - 1e-9))
+
+
 def _drain(
     backlog: Backlog,
     queued: float,
@@ -88,14 +130,18 @@ def _drain(
     full: bool,
     startup_s: float,
     diag: dict[str, float],
+    *,
+    own_queues: bool = False,
 ) -> tuple[int, float]:
-    """Engines worth ordering for ``queued`` tokens of backlog (:func:`drain_steps`) and the demand
-    they are sized for: the backlog's arrivals, or, when every engine is ``full``, at least what the
-    ``ready`` engines serve plus what the backlog grew by. Recorded in ``diag``."""
+    """Engines worth ordering for ``queued`` tokens of backlog (:func:`own_queue_steps` with
+    ``own_queues``, else :func:`drain_steps`) and the demand they are sized for: the backlog's
+    arrivals, or, when every engine is ``full``, at least what the ``ready`` engines serve plus what
+    the backlog grew by. Recorded in ``diag``."""
     demand = backlog.demand_tok_per_s
     if full and backlog.queue_growth_tok_per_s is not None:
         demand = max(demand, per_engine * ready + backlog.queue_growth_tok_per_s)
-    need = drain_steps(queued, demand, per_engine, ready, pending, backlog.pending_ready_in_s, startup_s)
+    steps = own_queue_steps if own_queues else drain_steps
+    need = steps(queued, demand, per_engine, ready, pending, backlog.pending_ready_in_s, startup_s)
     diag.update(
         {"backlog_tokens": queued, "per_engine_tok_per_s": per_engine, "backlog_demand_tok_per_s": demand,
          "drain_steps": float(need)}
@@ -402,16 +448,19 @@ def load_policy(
     n = len(workers)
     queued = float(sum(w.queued_prefill_tokens for w in workers))
     if backlog is not None and not compat and component == PREFILL and queued > 0:
-        # ours: the queue is a backlog the engines work through, and an engine ordered now serves
-        # from startup_s on: order what drains it (none when it is gone by then), and give back none
-        # while it outlasts a startup
+        # ours: each engine works through its own queue, and an engine ordered now serves from
+        # startup_s on: order what serves the arrivals the queued engines cannot take then (none
+        # when their queues are gone by then), and give back none while they outlast a startup
         per = _per_engine_prefill(snapshot, estimator, queued / n)
         if per is not None:
-            # every engine is busy while there is a queue
-            need, demand = _drain(backlog, queued, per, n, pending, True, cfg.startup_s, diag)
+            # the growth of the summed queue says what arrives only while every engine has a queue
+            full = all(w.queued_prefill_tokens > 0 for w in workers)
+            need, demand = _drain(
+                backlog, queued, per, n, pending, full, cfg.startup_s, diag, own_queues=True
+            )
             if up > 0:
                 up = min(need, max_up)
-            if drain_steps(queued, demand, per, n - 1 + pending, 0, 0.0, cfg.startup_s) > 0:
+            if own_queue_steps(queued, demand, per, n - 1 + pending, 0, 0.0, cfg.startup_s) > 0:
                 down = 0
                 diag["backlog_hold"] = 1.0
     waiting = sum(w.waiting_requests for w in workers)
