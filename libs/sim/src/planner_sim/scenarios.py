@@ -399,6 +399,44 @@ SCENARIOS: dict[str, Scenario] = {
             itl_ms=30.0,
             description="a 2-GPU fleet on a 33-minute 4x wave, ISL 1200 / OSL 400, TTFT 400 ms / ITL 30 ms, 1.5 h",
         ),
+        # added after a prefill backlog was sized on the engines that hold it (2026-11-28), measured
+        # once, nothing set on them
+        Scenario(
+            name="long-prompt-step-up",
+            source="synthetic:shape=step,rps=0.8,peak_rps=3,step_at_s=1500,isl=6000,osl=300,duration_s=3600",
+            peak_gpus=6.0,
+            ttft_ms=600.0,
+            itl_ms=50.0,
+            ttft_ms_per_1k_isl=100.0,
+            description="long prompts (ISL 6000) stepping up 3.75x after 25 minutes, ISL-scaled TTFT, ITL 50 ms, 6-GPU peak",
+        ),
+        Scenario(
+            name="small-fleet-bursts",
+            source=(
+                "synthetic:shape=burst,rps=0.5,peak_rps=2.5,burst_every_s=1200,burst_len_s=240,isl=2500,osl=250,"
+                "duration_s=3600"
+            ),
+            peak_gpus=3.0,
+            description="4-minute 5x bursts every 20 minutes in a 3-GPU fleet, ISL 2500 / OSL 250, 1 h",
+        ),
+        Scenario(
+            name="steep-step",
+            source="synthetic:shape=step,rps=1,peak_rps=6,step_at_s=2400,isl=3000,osl=200,duration_s=4800",
+            ttft_ms=800.0,
+            itl_ms=40.0,
+            description="a 6x step up after 40 minutes, ISL 3000 / OSL 200, TTFT 800 ms / ITL 40 ms, 8-GPU peak, 80 min",
+        ),
+        Scenario(
+            name="short-surges",
+            source=(
+                "synthetic:shape=burst,rps=2,peak_rps=8,burst_every_s=900,burst_len_s=180,isl=1000,osl=500,"
+                "duration_s=3600"
+            ),
+            peak_gpus=6.0,
+            ttft_ms=500.0,
+            itl_ms=40.0,
+            description="3-minute 4x surges every 15 minutes, ISL 1000 / OSL 500, TTFT 500 ms / ITL 40 ms, 6-GPU peak, 1 h",
+        ),
     )
 }
 
