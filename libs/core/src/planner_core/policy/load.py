@@ -116,7 +116,7 @@ def own_queue_steps(
     if left <= 0.0 or ready <= 0:
         return steady
     busy_s = left / (per_engine * ready)
-    # (the queued engines are less loaded than the pending ones: the router has evened them out)
+    # the pending engines hold no more per engine than the queued ones (the router evens them out)
     behind = min(behind, left * pending / ready)
     return max(steady, math.ceil((behind / busy_s + demand) / per_engine - pending - 1e-9))
 
