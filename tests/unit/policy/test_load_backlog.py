@@ -6,6 +6,7 @@ the output of the requests waiting for admission."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import msgspec
 import pytest
@@ -58,21 +59,26 @@ def test_drain_steps_orders_the_fewest_that_drain_the_backlog_within_a_startup_o
         assert drained_by_arrival or k == steady
 
 
-def test_drain_steps_is_monotone() -> None:
+STEPS = pytest.mark.parametrize("steps", [drain_steps, own_queue_steps], ids=["shared", "own"])
+
+
+@STEPS
+def test_drain_steps_is_monotone(steps: Callable[..., int]) -> None:
     """More backlog or more demand never asks for fewer engines; engines on their way never for more."""
     base = {"backlog_tokens": 400_000.0, "demand": 3_000.0, "per_engine": 1_000.0, "ready": 2,
             "pending": 1, "pending_ready_in_s": 60.0, "startup_s": STARTUP}  # fmt: skip
-    k0 = drain_steps(**base)  # type: ignore[arg-type]
+    k0 = steps(**base)
     assert k0 > 0
     for key, more in (("backlog_tokens", 800_000.0), ("demand", 4_000.0), ("pending_ready_in_s", 110.0)):
-        assert drain_steps(**{**base, key: more}) >= k0  # type: ignore[arg-type]
+        assert steps(**{**base, key: more}) >= k0
     for key, fewer in (("pending", 3), ("pending_ready_in_s", 0.0), ("per_engine", 2_000.0)):
-        assert drain_steps(**{**base, key: fewer}) <= k0  # type: ignore[arg-type]
+        assert steps(**{**base, key: fewer}) <= k0
 
 
-def test_drain_steps_without_a_usable_rate_orders_nothing() -> None:
-    assert drain_steps(1e6, 1e3, 0.0, 1, 0, 0.0, STARTUP) == 0
-    assert drain_steps(1e6, math.nan, 1e3, 1, 0, 0.0, STARTUP) == 0
+@STEPS
+def test_drain_steps_without_a_usable_rate_orders_nothing(steps: Callable[..., int]) -> None:
+    assert steps(1e6, 1e3, 0.0, 1, 0, 0.0, STARTUP) == 0
+    assert steps(1e6, math.nan, 1e3, 1, 0, 0.0, STARTUP) == 0
 
 
 def test_a_backlog_that_drains_before_a_new_engine_could_serve_orders_none() -> None:
@@ -162,20 +168,6 @@ def test_own_queue_steps_orders_for_the_demand_alone_once_the_queues_are_gone() 
     assert own_queues(0, 1_000.0, 100.0, 200.0, 1, 0, STARTUP)[0] == 0.0
     assert own_queue_steps(1_000.0, 100.0, 200.0, 1, 0, STARTUP, STARTUP) == 0
     assert own_queue_steps(0.0, 1_000.0, 200.0, 2, 1, 30.0, STARTUP) == 2
-
-
-def test_own_queue_steps_is_monotone() -> None:
-    """More backlog or more demand never asks for fewer engines; engines on their way never for more."""
-    base = {"backlog_tokens": 400_000.0, "demand": 3_000.0, "per_engine": 1_000.0, "ready": 2,
-            "pending": 1, "pending_ready_in_s": 60.0, "startup_s": STARTUP}  # fmt: skip
-    k0 = own_queue_steps(**base)  # type: ignore[arg-type]
-    assert k0 > 0
-    for key, more in (("backlog_tokens", 800_000.0), ("demand", 4_000.0), ("pending_ready_in_s", 110.0)):
-        assert own_queue_steps(**{**base, key: more}) >= k0  # type: ignore[arg-type]
-    for key, fewer in (("pending", 3), ("pending_ready_in_s", 0.0), ("per_engine", 2_000.0)):
-        assert own_queue_steps(**{**base, key: fewer}) <= k0  # type: ignore[arg-type]
-    assert own_queue_steps(1e6, 1e3, 0.0, 1, 0, 0.0, STARTUP) == 0
-    assert own_queue_steps(1e6, math.nan, 1e3, 1, 0, 0.0, STARTUP) == 0
 
 
 def test_the_recorded_prefill_pile_up_orders_no_engine_beyond_what_serves_the_arrivals() -> None:
