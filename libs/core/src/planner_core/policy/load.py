@@ -49,6 +49,18 @@ class Backlog:
     backlog)."""
 
 
+DrainRule = Callable[[float, float, float, int, int, float, float], int]
+"""(backlog tokens, demand, per engine, ready, pending, pending ready in s, startup s) -> engines to
+order: :func:`drain_steps` or :func:`own_queue_steps`."""
+
+
+def _steady(demand: float, per_engine: float, have: int) -> int | None:
+    """Engines the demand needs beyond the ``have`` (None: no usable rate or demand)."""
+    if per_engine <= 0 or not math.isfinite(per_engine) or not math.isfinite(demand):
+        return None
+    return max(0, math.ceil(demand / per_engine - have - 1e-9))
+
+
 def drain_steps(
     backlog_tokens: float,
     demand: float,
@@ -64,10 +76,10 @@ def drain_steps(
     (``startup_s``); else the fewest that serve the demand and drain what is left of the backlog when
     they arrive within one more startup (an engine is worth its startup when it serves the backlog
     at least as long). At least what the demand alone needs once the pending engines are in."""
-    if per_engine <= 0 or not math.isfinite(per_engine) or not math.isfinite(demand):
+    steady = _steady(demand, per_engine, ready + pending)
+    if steady is None:
         return 0
     have = ready + pending
-    steady = max(0, math.ceil(demand / per_engine - have - 1e-9))
     first = min(max(pending_ready_in_s, 0.0), startup_s)
     left = max(0.0, backlog_tokens + (demand - per_engine * ready) * first)
     left = max(0.0, left + (demand - per_engine * have) * (startup_s - first))
@@ -105,9 +117,9 @@ def own_queue_steps(
     the time the queued engines are through theirs. (Drained as if shared, a backlog of 9.7M prompt
     tokens on one engine ordered one more engine at every tick, 20 where 4 serve, and the first
     tokens came no sooner.)"""
-    if per_engine <= 0 or not math.isfinite(per_engine) or not math.isfinite(demand):
+    steady = _steady(demand, per_engine, ready + pending)
+    if steady is None:
         return 0
-    steady = max(0, math.ceil(demand / per_engine - ready - pending - 1e-9))
     first = min(max(pending_ready_in_s, 0.0), startup_s) if pending > 0 else startup_s
     # what the pending engines could not take before the engines ordered now serve
     behind = max(0.0, (demand - per_engine * pending) * (startup_s - first))
@@ -130,18 +142,15 @@ def _drain(
     full: bool,
     startup_s: float,
     diag: dict[str, float],
-    *,
-    own_queues: bool = False,
+    rule: DrainRule = drain_steps,
 ) -> tuple[int, float]:
-    """Engines worth ordering for ``queued`` tokens of backlog (:func:`own_queue_steps` with
-    ``own_queues``, else :func:`drain_steps`) and the demand they are sized for: the backlog's
-    arrivals, or, when every engine is ``full``, at least what the ``ready`` engines serve plus what
-    the backlog grew by. Recorded in ``diag``."""
+    """Engines worth ordering for ``queued`` tokens of backlog by the ``rule`` and the demand they
+    are sized for: the backlog's arrivals, or, when every engine is ``full``, at least what the
+    ``ready`` engines serve plus what the backlog grew by. Recorded in ``diag``."""
     demand = backlog.demand_tok_per_s
     if full and backlog.queue_growth_tok_per_s is not None:
         demand = max(demand, per_engine * ready + backlog.queue_growth_tok_per_s)
-    steps = own_queue_steps if own_queues else drain_steps
-    need = steps(queued, demand, per_engine, ready, pending, backlog.pending_ready_in_s, startup_s)
+    need = rule(queued, demand, per_engine, ready, pending, backlog.pending_ready_in_s, startup_s)
     diag.update(
         {"backlog_tokens": queued, "per_engine_tok_per_s": per_engine, "backlog_demand_tok_per_s": demand,
          "drain_steps": float(need)}
@@ -456,7 +465,7 @@ def load_policy(
             # the growth of the summed queue says what arrives only while every engine has a queue
             full = all(w.queued_prefill_tokens > 0 for w in workers)
             need, demand = _drain(
-                backlog, queued, per, n, pending, full, cfg.startup_s, diag, own_queues=True
+                backlog, queued, per, n, pending, full, cfg.startup_s, diag, own_queue_steps
             )
             if up > 0:
                 up = min(need, max_up)
