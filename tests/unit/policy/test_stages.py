@@ -242,8 +242,10 @@ def test_recommend_load_replays_as_bursts_only_queues_as_many_engines_held(
 
 def test_recommend_load_drains_a_decode_backlog_at_the_floors_rate(monkeypatch: pytest.MonkeyPatch) -> None:
     """Decode's backlog: the output tokens/s arriving (traffic, or the demand forecast if higher), a
-    waiting request's output (the traffic's mean), one engine's rate (the predictive floor's) and
-    when the engines ordered last are ready. None without the rate or the output length, and in the
+    waiting request's output (the traffic's mean), one engine's rate (the predictive floor's), when
+    the engines ordered last are ready, and the output of the requests still queued for prefill (the
+    traffic's mean ISL each). No growth: what prefill drains into decode is counted as work on its
+    way, not as demand that stays. None without the rate or the output length, and in the
     reference."""
     rated = with_state(predictive=PredictiveState(decode_rate=6_000.0), last_up_s={"decode": NOW - 30.0})
     fake = FakeLoad({"decode": 2})
@@ -255,13 +257,17 @@ def test_recommend_load_drains_a_decode_backlog_at_the_floors_rate(monkeypatch: 
     assert got.demand_tok_per_s == pytest.approx(900 * 700.0 / 30.0)
     assert got.per_engine_tok_per_s == 6_000.0 and got.tokens_per_request == 700.0
     assert got.pending_ready_in_s == pytest.approx(c.startup_s - 30.0)
-    assert got.queue_growth_tok_per_s is None  # no earlier sample of the waiting requests
-    # the waiting requests grew from 100 to 400 over 10 s: 30 requests/s of 700 output tokens
-    older = QueueSample(at_s=NOW - 10.0, component="decode", queued_tokens=0.0, waiting_requests=100)
-    newer = QueueSample(at_s=NOW, component="decode", queued_tokens=0.0, waiting_requests=400)
-    growing = dataclasses.replace(rated, queue_samples=(older, newer))
-    s.recommend_load(make.draft({"decode": 2}, state=growing), inp, make.cfg(load_interval_s=5.0), NOW)
-    assert fake.calls["decode"]["backlog"].queue_growth_tok_per_s == pytest.approx(30 * 700.0)
+    assert got.queue_growth_tok_per_s is None and got.upstream_tokens == 0.0
+    # 300,000 prompt tokens queued for prefill (150 requests of 2,000), one engine draining (not counted)
+    queued = [
+        make.worker(0, NOW, queued_prefill_tokens=100_000),
+        make.worker(1, NOW, queued_prefill_tokens=200_000),
+    ]
+    gone = make.worker(2, NOW, queued_prefill_tokens=50_000, draining=True)
+    pre = make.snapshot("prefill", [*queued, gone], NOW)
+    upstream = dataclasses.replace(inp, snapshots={**inp.snapshots, "prefill": pre})
+    s.recommend_load(make.draft({"decode": 2}, state=rated), upstream, c, NOW)
+    assert fake.calls["decode"]["backlog"].upstream_tokens == pytest.approx(150 * 700.0)
     s.recommend_load(make.draft({"decode": 2}), inp, c, NOW)  # no floor yet: no rate
     assert fake.calls["decode"]["backlog"] is None
     no_osl = make.inputs({"decode": 2}, traffic=make.traffic(900, interval_s=30.0))

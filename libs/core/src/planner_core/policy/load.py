@@ -11,8 +11,10 @@ also checks the peak queue of the recent window, since the queue at one instant 
 at high utilisation. A backlog (queued prompt tokens for prefill, the output of the requests waiting
 for admission for decode) sizes the scale-up by its drain time: engines that would start after it has
 drained are not ordered. A prefill engine works through its own queue (:func:`own_queue_steps`): an
-engine ordered now takes none of it, only the requests that arrive once it serves; decode's waiting
-requests are sized as if the engines shared them (:func:`drain_steps`).
+engine ordered now takes none of it, only the requests that arrive once it serves. Decode's backlog
+(the requests waiting for admission and those still queued for prefill) is sized as if the engines
+shared it (:func:`drain_steps`), and sizes every decode scale-up: a batch over the ITL target passes
+with its requests, long before an engine ordered for it serves.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ class Backlog:
 
     demand_tok_per_s: float
     queue_growth_tok_per_s: float | None = None
-    """Recent slope of the summed backlog, tokens/s (None: not measured)."""
+    """Prefill: recent slope of the summed queue, tokens/s (None: not measured). Not decode's: a
+    prefill backlog draining into decode grows decode's for as long as it lasts, which
+    ``upstream_tokens`` counts as work, not as demand that stays."""
     pending_ready_in_s: float
     per_engine_tok_per_s: float | None = None
     """Decode: the output tokens/s one engine gives within the ITL target (the predictive floor's).
@@ -47,6 +51,9 @@ class Backlog:
     tokens_per_request: float = 0.0
     """Decode: the output tokens a request waiting for admission will ask for (its work in the
     backlog)."""
+    upstream_tokens: float = 0.0
+    """Decode: the output tokens the requests still queued for prefill will ask for (work on its way
+    to decode, arriving as fast as prefill works through its queue)."""
 
 
 DrainRule = Callable[[float, float, float, int, int, float, float], int]
@@ -73,9 +80,11 @@ def drain_steps(
     """Engines worth ordering now for a prefill backlog of ``backlog_tokens``, with ``demand`` prompt
     tokens/s arriving, ``ready`` engines serving ``per_engine`` tokens/s each and ``pending`` more
     from ``pending_ready_in_s``: none when the backlog drains before an engine ordered now could serve
-    (``startup_s``); else the fewest that serve the demand and drain what is left of the backlog when
-    they arrive within one more startup (an engine is worth its startup when it serves the backlog
-    at least as long). At least what the demand alone needs once the pending engines are in."""
+    (``startup_s``); else the fewest that serve the demand and drain what is left of the backlog
+    within one more startup of then, with the engines there and on their way (none beyond the
+    demand's when those do it: one more at every tick while a backlog outlasted a startup ordered
+    17 decode engines where 5 serve a 3-minute surge). At least what the demand alone needs once
+    the pending engines are in."""
     steady = _steady(demand, per_engine, ready + pending)
     if steady is None:
         return 0
@@ -90,7 +99,7 @@ def drain_steps(
         return max(steady, 1)
     # the fewest k with (per_engine x (have + k) - demand) x startup_s >= left
     need = math.ceil((left / startup_s + demand) / per_engine - have - 1e-9)
-    return max(steady, 1, need)
+    return max(steady, need)
 
 
 def own_queue_steps(
@@ -472,18 +481,19 @@ def load_policy(
             if own_queue_steps(queued, demand, per, n - 1 + pending, 0, 0.0, cfg.startup_s) > 0:
                 down = 0
                 diag["backlog_hold"] = 1.0
-    waiting = sum(w.waiting_requests for w in workers)
     rate = backlog.per_engine_tok_per_s if backlog is not None else None
-    if backlog is not None and not compat and component == DECODE and waiting > 0 and rate and up > 0:
-        # ours: the requests waiting for admission are a backlog the engines work through as running
-        # ones finish, not load that stays: spread over n + k engines at once (the ITL signal) it
-        # orders engines that start after it has drained. (No hold on the way down: the ITL signal
-        # gives back no engine whose share of the waiting requests would overflow the others.) A
-        # prefill backlog draining into decode arrives faster than the traffic, and an engine slower
-        # than its rate shows in the growth too, counted when every engine is full.
-        full = all(admission_blocked(w, snapshot) for w in workers)
-        queued_out = waiting * backlog.tokens_per_request
-        need, _ = _drain(backlog, queued_out, rate, n, pending, full, cfg.startup_s, diag)
+    if backlog is not None and not compat and component == DECODE and rate and up > 0:
+        # ours: what decode must work through is what waits for admission and what prefill still
+        # holds (each of those requests comes to decode once prefilled), beside the traffic's
+        # arrivals; a batch over the ITL target passes with its requests (seconds), not a startup.
+        # So a scale-up is what serves the arrivals and works through that backlog within a startup
+        # of an engine ordered now serving (none when it is gone before then). Spread over n + k
+        # engines at once (the ITL signal) it ordered engines that started after it had drained.
+        # (No hold on the way down: the ITL signal gives back no engine whose share of the waiting
+        # requests would overflow the others.)
+        waiting = sum(w.waiting_requests for w in workers)
+        queued_out = waiting * backlog.tokens_per_request + backlog.upstream_tokens
+        need, _ = _drain(backlog, queued_out, rate, n, pending, False, cfg.startup_s, diag)
         up = min(need, max_up)
     if in_progress and up == 0 and down == 0:
         # ours: a change in flight blocks nothing else; pending replicas already count in n_eff, so

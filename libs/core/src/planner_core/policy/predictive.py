@@ -494,4 +494,6 @@ def _sized(
     for k, att in cands.items():
         diag[f"predicted_attainment_at_{k}"] = att
     diag["predicted_attainment"] = cands.get(n, 1.0)
-    return ComponentResult(target=n, reason=Reason.NO_CHANGE, need=fc / per_replica, diagnostics=diag)
+    # a fleet whose pooled spare is all its capacity (headroom >= sqrt(n)) runs at none per replica
+    need = fc / per_replica if per_replica > 0 else math.nan
+    return ComponentResult(target=n, reason=Reason.NO_CHANGE, need=need, diagnostics=diag)

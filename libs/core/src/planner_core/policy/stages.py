@@ -101,12 +101,7 @@ def observe_queues(p: Draft, inputs: DecisionInputs, cfg: PolicyConfig, now_s: f
             samples.append(QueueSample(at_s=now_s, component=c, queued_tokens=total, engines=len(workers)))
         if c == DECODE:
             kv = float(sum(w.scheduled_decode_kv_tokens + w.queued_decode_kv_tokens for w in workers))
-            waiting = sum(w.waiting_requests for w in workers)
-            samples.append(
-                QueueSample(
-                    at_s=now_s, component=c, queued_tokens=kv, engines=len(workers), waiting_requests=waiting
-                )
-            )
+            samples.append(QueueSample(at_s=now_s, component=c, queued_tokens=kv, engines=len(workers)))
             if any(admission_blocked(w, snap) for w in workers):
                 blocked_s = now_s
     st = dataclasses.replace(st, queue_samples=tuple(samples), last_decode_blocked_s=blocked_s)
@@ -485,11 +480,12 @@ def _backlog(
 ) -> Backlog | None:
     """Ours: what sizes the component's scale-up by its backlog's drain time (none in the
     reference): the tokens/s coming (the larger of the demand forecast's next sample and the latest
-    traffic sample: prompt tokens for prefill, output tokens for decode), the backlog's growth over
+    traffic sample: prompt tokens for prefill, output tokens for decode), prefill's queue growth over
     the latest load ticks, and when the engines ordered last are ready (a startup after the last
     scale-up). Prefill's backlog is its queued prompt tokens; decode's the output of the requests
-    waiting for admission (a traffic mean each), drained at one engine's rate within the ITL target
-    as the predictive floor sized it: none for decode without that rate or the output length."""
+    waiting for admission and of those still queued for prefill (a traffic mean each), drained at
+    one engine's rate within the ITL target as the predictive floor sized it: none for decode
+    without that rate or the output length."""
     if cfg.reference_compat or c not in (PREFILL, DECODE):
         return None
     t = inputs.traffic
@@ -514,13 +510,16 @@ def _backlog(
     rate = st.predictive.decode_rate
     if per_request is None or not (math.isfinite(per_request) and per_request > 0) or rate <= 0:
         return None
-    osl = per_request
+    isl = None if t is None else t.mean_isl_tokens
+    pre = inputs.snapshots.get(PREFILL)
+    queued = 0.0 if pre is None else sum(w.queued_prefill_tokens for w in pre.workers if not w.draining)
+    upstream = queued / isl * per_request if isl is not None and math.isfinite(isl) and isl > 0 else 0.0
     return Backlog(
         demand_tok_per_s=max(rates),
-        queue_growth_tok_per_s=_growth(st, c, now_s, window_s, lambda s: s.waiting_requests * osl),
         pending_ready_in_s=ready_in,
         per_engine_tok_per_s=rate,
-        tokens_per_request=osl,
+        tokens_per_request=per_request,
+        upstream_tokens=upstream,
     )
 
 

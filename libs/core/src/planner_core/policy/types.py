@@ -108,8 +108,6 @@ class QueueSample:
     decode KV tokens (decode)."""
     engines: int = 0
     """The component's engines (not draining) that held them."""
-    waiting_requests: int = 0
-    """Decode: the requests waiting for admission, summed over its engines."""
 
 
 @dataclass(frozen=True, kw_only=True)
