@@ -317,6 +317,21 @@ def test_a_decode_batch_over_target_with_nothing_waiting_orders_what_the_arrival
     assert got.target == 2 + expected
 
 
+def test_decode_engines_over_target_are_held_while_no_engine_ordered_now_would_help() -> None:
+    """Two engines over the ITL target, 600 requests waiting, the backlog gone before an engine
+    ordered now serves: none is ordered, and none may be given back while they are over target
+    (``backlog_hold``: the predictive floor's count does not take the fleet down under it). Without
+    that hold, on the 4x step at knob 0.9 the floor took decode from 7 engines to 5 while their ITL
+    was 56 ms against 50 and 1.7M output tokens waited: 63.5 % over the next five minutes."""
+    cfg = PolicyConfig(startup_s=STARTUP)
+    calm = decode_backlog(demand=2_000.0, rate=6_000.0, osl=200.0)
+    got = load_policy("decode", snap("decode", FULL), reps(2), 2, EST, cfg, NOW, backlog=calm)
+    assert (got.target, got.reason) == (2, Reason.NO_CHANGE) and got.diagnostics["backlog_hold"] == 1.0
+    idle = [decode_worker(0, running=10, waiting=0), decode_worker(1, running=10, waiting=0)]
+    got = load_policy("decode", snap("decode", idle), reps(2), 2, EST, cfg, NOW, backlog=calm)
+    assert "backlog_hold" not in got.diagnostics
+
+
 def test_requests_waiting_on_a_fleet_that_fits_them_hold_no_decode_engine() -> None:
     """Requests wait for admission now and then at ordinary load (one engine's cache full for a
     pass). The drain caps a scale-up only: engines the ITL signal can give back (the waiting

@@ -342,6 +342,27 @@ def test_recommend_load_sets_the_predictive_floor_unless_load_asks_more(
     assert got.results["prefill"].target == 5 and not got.floor_set
 
 
+def test_a_backlog_hold_keeps_the_predictive_floor_from_taking_engines_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The load policy holds the current count (engines over target, a backlog they are working
+    through): a floor under it does not lower it; without the hold it does."""
+    state = with_state(predictive=PredictiveState(floor={"decode": 5}))
+    p = make.draft({"decode": 7}, state=state)
+
+    def held(component: str, *args: Any, **kw: Any) -> ComponentResult:
+        return ComponentResult(target=7, reason=Reason.NO_CHANGE, diagnostics={"backlog_hold": 1.0})
+
+    def plain(component: str, *args: Any, **kw: Any) -> ComponentResult:
+        return ComponentResult(target=7, reason=Reason.NO_CHANGE)
+
+    c = make.cfg(policy=PolicyKind.COMBINED)
+    monkeypatch.setattr(s, "load_policy", held)
+    assert s.recommend_load(p, make.inputs({"decode": 7}), c, NOW).results["decode"].target == 7
+    monkeypatch.setattr(s, "load_policy", plain)
+    assert s.recommend_load(p, make.inputs({"decode": 7}), c, NOW).results["decode"].target == 5
+
+
 # ---- collect --------------------------------------------------------------------------------------
 
 

@@ -139,6 +139,12 @@ def own_queue_steps(
     busy_s = left / (per_engine * ready)
     # the pending engines hold no more per engine than the queued ones (the router evens them out)
     behind = min(behind, left * pending / ready)
+    import os
+
+    if os.environ.get("XRULE") == "own4" and busy_s < startup_s:
+        return max(
+            steady, math.ceil(((left + behind) / startup_s + demand) / per_engine - ready - pending - 1e-9)
+        )
     return max(steady, math.ceil((behind / busy_s + demand) / per_engine - pending - 1e-9))
 
 
@@ -489,12 +495,16 @@ def load_policy(
         # So a scale-up is what serves the arrivals and works through that backlog within a startup
         # of an engine ordered now serving (none when it is gone before then). Spread over n + k
         # engines at once (the ITL signal) it ordered engines that started after it had drained.
-        # (No hold on the way down: the ITL signal gives back no engine whose share of the waiting
-        # requests would overflow the others.)
+        # (While the engines are not over target, no hold: the ITL signal gives back no engine
+        # whose share of the waiting requests would overflow the others.)
         waiting = sum(w.waiting_requests for w in workers)
         queued_out = waiting * backlog.tokens_per_request + backlog.upstream_tokens
         need, _ = _drain(backlog, queued_out, rate, n, pending, False, cfg.startup_s, diag)
         up = min(need, max_up)
+        if up == 0:
+            # every engine is over the target now: none is given back while they are (a batch over
+            # the ITL target slows every request in it, where a queued prompt delays only itself)
+            diag["backlog_hold"] = 1.0
     if in_progress and up == 0 and down == 0:
         # ours: a change in flight blocks nothing else; pending replicas already count in n_eff, so
         # an up here means they will not cover the load
