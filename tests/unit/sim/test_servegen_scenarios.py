@@ -69,6 +69,7 @@ def test_scenarios() -> None:
         "answer-wave", "answer-step-down", "tight-itl-flat", "small-answer-bursts",
         "mid-itl-wave", "long-prompt-step-down", "twin-spikes", "two-gpu-wave",
         "long-prompt-step-up", "small-fleet-bursts", "steep-step", "short-surges",
+        "answer-surges", "prompt-surges", "small-fleet-answer-step", "long-bursts",
     }  # fmt: skip
     assert all(is_generated(sc.source) for n, sc in SCENARIOS.items() if not n.startswith("azure"))
     assert scenario("long-prompts").ttft_ms_per_1k_isl == 100.0

@@ -437,6 +437,41 @@ SCENARIOS: dict[str, Scenario] = {
             itl_ms=40.0,
             description="3-minute 4x surges every 15 minutes, ISL 1000 / OSL 500, TTFT 500 ms / ITL 40 ms, 6-GPU peak, 1 h",
         ),
+        Scenario(
+            name="answer-surges",
+            source=(
+                "synthetic:shape=burst,rps=1,peak_rps=4,burst_every_s=1200,burst_len_s=150,isl=800,osl=1200,"
+                "duration_s=3600"
+            ),
+            peak_gpus=6.0,
+            itl_ms=40.0,
+            description="150-second 4x surges of long answers every 20 minutes, ISL 800 / OSL 1200, ITL 40 ms, 6-GPU peak, 1 h",
+        ),
+        Scenario(
+            name="prompt-surges",
+            source=(
+                "synthetic:shape=burst,rps=0.6,peak_rps=2.4,burst_every_s=600,burst_len_s=120,isl=5000,osl=150,"
+                "duration_s=3600"
+            ),
+            peak_gpus=6.0,
+            ttft_ms=600.0,
+            ttft_ms_per_1k_isl=100.0,
+            description="2-minute 4x surges of long prompts every 10 minutes, ISL 5000 / OSL 150, ISL-scaled TTFT, 6-GPU peak, 1 h",
+        ),
+        Scenario(
+            name="small-fleet-answer-step",
+            source="synthetic:shape=step,rps=0.6,peak_rps=1.8,step_at_s=1200,isl=1500,osl=800,duration_s=3600",
+            peak_gpus=3.0,
+            description="a 3x step of long answers after 20 minutes in a 3-GPU fleet, ISL 1500 / OSL 800, 1 h",
+        ),
+        Scenario(
+            name="long-bursts",
+            source=(
+                "synthetic:shape=burst,rps=2,peak_rps=6,burst_every_s=1800,burst_len_s=600,isl=2000,osl=400,"
+                "duration_s=5400"
+            ),
+            description="10-minute 3x bursts every 30 minutes (longer than a startup), ISL 2000 / OSL 400, 8-GPU peak, 1.5 h",
+        ),
     )
 }
 
