@@ -139,12 +139,6 @@ def own_queue_steps(
     busy_s = left / (per_engine * ready)
     # the pending engines hold no more per engine than the queued ones (the router evens them out)
     behind = min(behind, left * pending / ready)
-    import os
-
-    if os.environ.get("XRULE") == "own4" and busy_s < startup_s:
-        return max(
-            steady, math.ceil(((left + behind) / startup_s + demand) / per_engine - ready - pending - 1e-9)
-        )
     return max(steady, math.ceil((behind / busy_s + demand) / per_engine - pending - 1e-9))
 
 
